@@ -1,0 +1,3 @@
+from msopt.cli import main
+
+main(prog_name="msopt")

@@ -1,0 +1,202 @@
+"""The msopt command line: parses, calls, prints. Heavy modules are imported inside commands."""
+import json
+import os
+import sys
+import time
+from importlib import import_module
+
+import click
+
+from msopt.errors import CheckFailed, InputError
+
+# Commands living in their own modules, loaded only when run or listed.
+LAZY_COMMANDS = {}
+
+
+class Group(click.Group):
+    """A click group that maps msopt's errors to exit codes and one-line messages."""
+
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
+
+    def get_command(self, ctx, name):
+        if name in LAZY_COMMANDS:
+            module, attr = LAZY_COMMANDS[name].split(":")
+            return getattr(import_module(module), attr)
+        return super().get_command(ctx, name)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except InputError as e:
+            fail(str(e), e.exit_code)
+        except CheckFailed as e:
+            fail(str(e), e.exit_code)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise
+        except Exception as e:  # a bug of ours: still one line, traceback on request
+            if os.environ.get("MSOPT_DEBUG"):
+                raise
+            fail(f"internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (set MSOPT_DEBUG=1 for a traceback)", 1)
+
+
+def fail(message, code):
+    click.echo(f"msopt: error: {message}", err=True)
+    sys.exit(code)
+
+
+def progress(message):
+    """A status line on stderr, only when a person watches."""
+    if sys.stderr.isatty():
+        click.echo(f"msopt: {message}", err=True)
+
+
+def print_json(document):
+    click.echo(json.dumps(document, indent=2, sort_keys=False, default=str))
+
+
+def write_json(path, document):
+    """Write a JSON file atomically."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(document, f, indent=2, default=str)
+    os.replace(tmp, path)
+
+
+def open_model(path, tags=None):
+    from msopt.graph import GraphView
+    from msopt.load import load
+
+    model = load(path, tags)
+    return model, GraphView(model.graph_def)
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="msopt")
+def main():
+    """msopt: run the ops of an exported TensorFlow model on several GPU streams.
+
+    Reads SavedModels (TF1 and TF2/Keras), frozen GraphDefs (.pb, .pbtxt) and
+    MetaGraphDefs (.meta); assigns each op a stream (the `_stream_id` attribute of
+    DeepRec's tf.stream); writes the rewritten model.
+
+    \b
+    Example:
+      msopt inspect sample_models/linreg_tf1
+      msopt partition sample_models/linreg_tf1 --streams 2 --verify
+    """
+
+
+MODEL = click.argument("model", type=click.Path(path_type=str))
+TAGS = click.option("--tags", default=None, help="SavedModel tag set to use, comma-separated (default: serve).")
+JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout and nothing else.")
+
+
+@main.command()
+@MODEL
+@TAGS
+@JSON
+def inspect(model, tags, as_json):
+    """Show a model's format, tag sets, signatures, sizes, op types, streams and devices.
+
+    Needs only protobuf: the model's ops need not be installed.
+
+    \b
+    Example:
+      msopt inspect sample_models/deepfm_tf2 --json
+    """
+    from msopt.inspect import describe, format_text
+
+    loaded, view = open_model(model, tags)
+    info = describe(loaded, view)
+    click.echo(json.dumps(info, indent=2) if as_json else format_text(info))
+
+
+def policy_names():
+    from msopt.rules import POLICIES
+
+    return list(POLICIES)
+
+
+def default_policy():
+    names = policy_names()
+    return "auto" if "auto" in names else "none"
+
+
+@main.command()
+@MODEL
+@click.option("--streams", "-n", type=click.IntRange(1, 1024), default=4, show_default=True, help="Number of streams.")
+@click.option("--policy", default=None, help="Partition rule (see below). Default: auto when available, else none.")
+@click.option("--placement", type=click.Choice(["attr", "device"]), default="attr", show_default=True,
+              help="attr: write _stream_id only; device: also set each node's device to its stream's device.")
+@click.option("--device-type", type=click.Choice(["gpu", "cpu"]), default="gpu", show_default=True,
+              help="Device kind named by --placement device (/device:GPU:k or /device:CPU:k).")
+@click.option("-o", "--output", default=None, help="Where to write the model (default: <input>_ms<N> beside it).")
+@click.option("--force", is_flag=True, help="Replace an existing output.")
+@click.option("--report", type=click.Path(dir_okay=False), default=None, help="Write the JSON report to this file.")
+@click.option("--verify", is_flag=True, help="Run original and rewritten model in TensorFlow; exit 1 unless outputs are identical.")
+@TAGS
+@JSON
+def partition(model, streams, policy, placement, device_type, output, force, report, verify, tags, as_json):
+    """Assign every op of MODEL to one of N streams and write the rewritten model.
+
+    \b
+    Policies:
+      none   keep the _stream_id attributes already present and check them
+
+    The report (--report, or stdout with --json) holds streams, nodes_per_stream,
+    cross_stream_edges, functions (per-function breakdown), output and elapsed_s.
+
+    \b
+    Example:
+      msopt partition sample_models/linreg_tf1 --streams 2 --policy none \\
+          --placement device --device-type cpu -o /tmp/linreg_ms2 --verify --json
+    """
+    from msopt import emit
+    from msopt.partition import check_range, summarize
+    from msopt.rules import PartitionOptions, run_policy
+
+    started = time.perf_counter()
+    policy = policy or default_policy()
+    progress(f"loading {model}")
+    loaded, view = open_model(model, tags)
+    out = output or str(emit.default_output(model, streams))
+    emit.check_output(loaded, out, force)
+    progress(f"partitioning {len(view.nodes)} nodes with policy {policy}")
+    plan = run_policy(policy, view, PartitionOptions(streams=streams))
+    check_range(plan, streams)
+    progress(f"writing {out}")
+    emit.write(loaded, plan, out, placement, device_type, force)
+    document = {"model": model, "policy": policy, **summarize(view, plan, streams), "placement": placement,
+                "output": out, "elapsed_s": round(time.perf_counter() - started, 3)}
+    if verify:
+        from msopt.load import load
+        from msopt.verify import verify as run_verify
+
+        progress("verifying in TensorFlow")
+        document["verify"] = run_verify(loaded, load(out, tags), streams, device_type)
+    if report:
+        write_json(report, document)
+    if as_json:
+        print_json(document)
+    else:
+        click.echo(_partition_text(document))
+    if verify and not document["verify"]["ok"]:
+        raise CheckFailed(f"rewritten model differs from the original (max abs diff {document['verify']['max_abs_diff']:g})")
+
+
+def _partition_text(doc):
+    lines = [f"wrote {doc['output']} ({doc['policy']}, {doc['streams']} streams, {doc['elapsed_s']} s)"]
+    lines.append("  nodes per stream: " + ", ".join(f"{i}: {n}" for i, n in enumerate(doc["nodes_per_stream"])))
+    lines.append(f"  cross-stream edges: {doc['cross_stream_edges']}; functions: {len(doc['functions'])}")
+    if "verify" in doc:
+        v = doc["verify"]
+        state = "identical" if v["ok"] else "DIFFERENT"
+        lines.append(f"  verify: outputs {state} on {len(v['signatures'])} signature(s), max abs diff {v['max_abs_diff']:g}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

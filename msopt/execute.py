@@ -1,0 +1,171 @@
+"""Run a model's signatures in TensorFlow on N logical devices: shared by --verify and the runner.
+
+TensorFlow is imported here, inside functions, and nowhere on the proto-only paths.
+"""
+import os
+
+import numpy as np
+
+from msopt.errors import InputError
+from msopt.inspect import signatures as signature_specs
+from msopt.protos import DTYPE_NAMES
+
+NUMPY_DTYPES = {
+    "float": np.float32, "double": np.float64, "half": np.float16, "bfloat16": np.float32,
+    "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+    "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
+    "bool": np.bool_, "string": object,
+}
+_configured = {}  # device type -> logical devices configured in this process (TF2 runtime)
+
+
+def import_tensorflow():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    tf.get_logger().setLevel("ERROR")
+    return tf
+
+
+def random_inputs(inputs, batch_size=3, seed=0):
+    """Dtype- and shape-correct random values for a signature's inputs ({key: spec})."""
+    rng = np.random.default_rng(seed)
+    values = {}
+    for key, spec in sorted(inputs.items()):
+        shape = [batch_size] if spec["shape"] is None else [batch_size if d is None else d for d in spec["shape"]]
+        dtype = spec["dtype"]
+        if dtype not in NUMPY_DTYPES:
+            raise InputError(f"input '{key}' has dtype {dtype}, which msopt cannot generate; pass --inputs")
+        if dtype == "string":
+            tokens = np.array([b"a", b"bc", b"12", b"x|y", b"0.5", b"zz,9", b""], dtype=object)
+            values[key] = np.array([b",".join(rng.choice(tokens, 4)) for _ in range(int(np.prod(shape)))], dtype=object).reshape(shape)
+        elif dtype == "bool":
+            values[key] = rng.random(shape) < 0.5
+        elif np.issubdtype(NUMPY_DTYPES[dtype], np.integer):
+            values[key] = rng.integers(0, 10, size=shape).astype(NUMPY_DTYPES[dtype])  # small: valid as ids
+        else:
+            values[key] = rng.standard_normal(shape).astype(NUMPY_DTYPES[dtype])
+    return values
+
+
+def configure_logical_devices(tf, count, device_type="cpu"):
+    """Split the first physical device into ``count`` logical ones (once per process)."""
+    kind = device_type.upper()
+    have = _configured.get(kind)
+    if have is not None:
+        if have < count:
+            raise InputError(f"this process already configured {have} logical {kind} devices; {count} were asked")
+        return
+    physical = tf.config.list_physical_devices(kind)
+    if not physical:
+        raise InputError(f"no {kind} device is available to TensorFlow (use --device-type cpu)")
+    config = [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
+    if kind == "GPU":
+        raise InputError("GPU virtual devices are configured by msopt run, not by --verify")
+    tf.config.set_logical_device_configuration(physical[0], config)
+    _configured[kind] = count
+
+
+class Executable:
+    """A loaded model whose signatures can be run on numpy feeds."""
+
+    def __init__(self, model, devices, device_type="cpu", soft_placement=False, variable_values=None):
+        self.tf = tf = import_tensorflow()
+        self.model = model
+        self.specs = signature_specs(model)
+        if model.format == "saved_model" and model.is_tf2:
+            configure_logical_devices(tf, devices, device_type)
+            tf.config.set_soft_device_placement(soft_placement)
+            self._load_tf2()
+        else:
+            self._load_tf1(devices, device_type, soft_placement, variable_values)
+
+    # -- TF2: functions called eagerly ------------------------------------------------------
+    def _load_tf2(self):
+        tf = self.tf
+        try:
+            self._loaded = tf.saved_model.load(str(self.model.path), tags=list(self.model.tags))
+        except Exception as e:  # TensorFlow raises many types here
+            raise InputError(f"{self.model.path}: TensorFlow cannot load the model: {_first_line(e)}") from None
+        self._functions = dict(self._loaded.signatures)
+
+    # -- TF1: a Session over the graph -------------------------------------------------------
+    def _load_tf1(self, devices, device_type, soft_placement, variable_values):
+        tf = self.tf
+        v1 = tf.compat.v1
+        config = v1.ConfigProto(device_count={device_type.upper(): devices}, allow_soft_placement=soft_placement)
+        self.graph = tf.Graph()
+        self.session = v1.Session(graph=self.graph, config=config)
+        try:
+            with self.graph.as_default():
+                if self.model.format == "saved_model":
+                    v1.saved_model.loader.load(self.session, list(self.model.tags), str(self.model.path))
+                elif self.model.format == "meta_graph":
+                    meta = v1.MetaGraphDef.FromString(self.model.meta_graph.SerializeToString())
+                    v1.train.import_meta_graph(meta, clear_devices=False)
+                    self._initialize_variables(variable_values)
+                else:
+                    graph_def = v1.GraphDef.FromString(self.model.graph_def.SerializeToString())
+                    tf.graph_util.import_graph_def(graph_def, name="")
+        except Exception as e:
+            raise InputError(f"{self.model.path}: TensorFlow cannot load the model: {_first_line(e)}") from None
+        if not self.specs:
+            self.specs = {"graph": self._graph_signature()}
+
+    def _initialize_variables(self, values):
+        """Run the initializers, then impose ``values`` (so two copies of a graph agree)."""
+        v1 = self.tf.compat.v1
+        variables = v1.global_variables()
+        if not variables:
+            return
+        self.session.run(v1.variables_initializer(variables))
+        for var in variables:
+            if values and var.op.name in values:
+                var.load(values[var.op.name], self.session)
+
+    def variable_values(self):
+        if getattr(self, "session", None) is None or self.model.format != "meta_graph":
+            return None
+        with self.graph.as_default():
+            variables = self.tf.compat.v1.global_variables()
+        return dict(zip((v.op.name for v in variables), self.session.run(variables))) if variables else None
+
+    def _graph_signature(self):
+        """Placeholders in, unconsumed tensors out: the signature of a bare graph."""
+        ops = self.graph.get_operations()
+        consumed = {t.name for op in ops for t in op.inputs}
+        inputs, outputs = {}, {}
+        for op in ops:
+            if op.type == "Placeholder":
+                t = op.outputs[0]
+                shape = None if t.shape.rank is None else [d for d in t.shape.as_list()]
+                inputs[op.name] = {"name": t.name, "dtype": DTYPE_NAMES[t.dtype.as_datatype_enum], "shape": shape}
+        for op in ops:
+            for t in op.outputs:
+                if t.name not in consumed and op.type != "Placeholder" and t.dtype not in (self.tf.resource,) and not t.dtype.is_ref_dtype:
+                    outputs[t.name] = {"name": t.name, "dtype": DTYPE_NAMES[t.dtype.as_datatype_enum], "shape": None}
+        return {"method": "", "inputs": inputs, "outputs": outputs}
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, signature, feeds):
+        """Outputs ({key: ndarray}) of ``signature`` for ``feeds`` ({input key: ndarray})."""
+        spec = self.specs[signature]
+        if hasattr(self, "_functions"):
+            fn = self._functions[signature]
+            result = fn(**{k: self.tf.constant(v) for k, v in feeds.items()})
+            return {k: v.numpy() for k, v in result.items()}
+        fetches = {k: v["name"] for k, v in spec["outputs"].items()}
+        feed_dict = {spec["inputs"][k]["name"]: v for k, v in feeds.items()}
+        return self.session.run(fetches, feed_dict=feed_dict)
+
+    def close(self):
+        if getattr(self, "session", None) is not None:
+            self.session.close()
+
+
+def _first_line(error):
+    text = str(error).strip() or type(error).__name__
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:300]
+    return text[:300]

@@ -1,0 +1,149 @@
+"""One graph view over a model's main graph and every function body, the same for TF1 and TF2.
+
+A node's key is its name in the main graph and ``function:name`` inside a function body
+(TensorFlow node names never contain ':'). Function arguments appear as virtual ``_Arg``
+nodes so that edges from them are explicit; they carry no NodeDef and are never assigned.
+"""
+from collections import Counter
+
+MAIN = ""  # the function name of the main graph
+STREAM_ATTR = "_stream_id"
+
+
+def node_key(function, name):
+    return f"{function}:{name}" if function else name
+
+
+class Node:
+    __slots__ = ("key", "name", "op", "function", "proto", "inputs", "control_inputs", "outputs", "calls")
+
+    def __init__(self, key, name, op, function, proto):
+        self.key = key
+        self.name = name
+        self.op = op
+        self.function = function  # enclosing function name, MAIN for the main graph
+        self.proto = proto  # the NodeDef, None for a virtual _Arg
+        self.inputs = []  # data inputs: (source key, output index or name) in input order
+        self.control_inputs = []  # keys
+        self.outputs = []  # keys of data and control consumers
+        self.calls = []  # names of library functions this node calls
+
+    @property
+    def virtual(self):
+        return self.proto is None
+
+    @property
+    def stream(self):
+        """The ``_stream_id`` already on the node, or None."""
+        if self.proto is not None and STREAM_ATTR in self.proto.attr:
+            return self.proto.attr[STREAM_ATTR].i
+        return None
+
+    @property
+    def device(self):
+        return self.proto.device if self.proto is not None else ""
+
+    @property
+    def scope(self):
+        """Name-scope path of the node ('' at top level)."""
+        return self.name.rpartition("/")[0]
+
+    def __repr__(self):
+        return f"Node({self.key!r}, {self.op})"
+
+
+class FunctionInfo:
+    __slots__ = ("name", "proto", "args", "returns", "callers")
+
+    def __init__(self, name, proto):
+        self.name = name
+        self.proto = proto
+        self.args = []  # keys of the virtual _Arg nodes, in signature order
+        self.returns = {}  # output arg name -> (source key, output)
+        self.callers = []  # keys of nodes calling this function
+
+
+class GraphView:
+    """Nodes, data and control edges, and calls of one MetaGraph's graph and its function library."""
+
+    def __init__(self, graph_def):
+        self.nodes = {}
+        self.functions = {}
+        library = {f.signature.name: f for f in graph_def.library.function}
+        self._add_graph(MAIN, graph_def.node, library)
+        for name, fdef in library.items():
+            info = FunctionInfo(name, fdef)
+            self.functions[name] = info
+            for arg in fdef.signature.input_arg:
+                key = node_key(name, arg.name)
+                self.nodes[key] = Node(key, arg.name, "_Arg", name, None)
+                info.args.append(key)
+            self._add_graph(name, fdef.node_def, library)
+            for out_name, ref in fdef.ret.items():
+                info.returns[out_name] = self._source(name, ref)
+        for node in self.nodes.values():
+            for fn in node.calls:
+                self.functions[fn].callers.append(node.key)
+
+    def _add_graph(self, function, node_defs, library):
+        added = []
+        for nd in node_defs:
+            key = node_key(function, nd.name)
+            node = Node(key, nd.name, nd.op, function, nd)
+            node.calls = _called_functions(nd, library)
+            self.nodes[key] = node
+            added.append(node)
+        for node in added:
+            for ref in node.proto.input:
+                if ref.startswith("^"):
+                    src = node_key(function, ref[1:])
+                    if src in self.nodes:
+                        node.control_inputs.append(src)
+                        self.nodes[src].outputs.append(node.key)
+                    continue
+                src, port = self._source(function, ref)
+                if src in self.nodes:
+                    node.inputs.append((src, port))
+                    self.nodes[src].outputs.append(node.key)
+
+    @staticmethod
+    def _source(function, ref):
+        """(source key, output) of an input reference in the main graph or a function body."""
+        parts = ref.split(":")
+        if function == MAIN:
+            return parts[0], int(parts[1]) if len(parts) > 1 else 0
+        # In a function body: "arg", "node:out_arg:index".
+        port = ":".join(parts[1:]) if len(parts) > 1 else 0
+        return node_key(function, parts[0]), port
+
+    # -- queries ---------------------------------------------------------------------------
+    def real_nodes(self):
+        """Every node that has a NodeDef (what a partition assigns)."""
+        return (n for n in self.nodes.values() if n.proto is not None)
+
+    def edges(self):
+        """Yield (source key, destination key, is_control) for every edge between nodes."""
+        for node in self.nodes.values():
+            for src, _ in node.inputs:
+                yield src, node.key, False
+            for src in node.control_inputs:
+                yield src, node.key, True
+
+    def op_histogram(self):
+        return Counter(n.op for n in self.real_nodes())
+
+    def nodes_of(self, function):
+        return [n for n in self.nodes.values() if n.function == function]
+
+
+def _called_functions(node_def, library):
+    called = []
+    if node_def.op in library:
+        called.append(node_def.op)
+    for value in node_def.attr.values():
+        kind = value.WhichOneof("value")
+        if kind == "func" and value.func.name in library:
+            called.append(value.func.name)
+        elif kind == "list":
+            called.extend(f.name for f in value.list.func if f.name in library)
+    return called

@@ -1,0 +1,158 @@
+"""Open every exported TensorFlow model format into one Model: the protos, untouched.
+
+SavedModel directories (binary or text, every MetaGraph), frozen GraphDefs (binary or
+text) and MetaGraphDef files. Only protobuf is needed: ops need not be registered.
+"""
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
+from google.protobuf.text_format import ParseError
+
+from msopt import protos
+from msopt.errors import InputError
+
+SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
+DEFAULT_TAGS = ("serve",)
+
+
+@dataclass
+class Model:
+    path: Path
+    format: str  # "saved_model" | "graph_def" | "meta_graph"
+    text: bool  # stored in protobuf text format
+    meta_graph: object  # the selected MetaGraphDef (a GraphDef is wrapped in one)
+    saved_model: object = None  # the whole SavedModel proto, for saved_model
+    tags: tuple = ()
+    tag_sets: list = field(default_factory=list)
+    index: int = 0  # position of meta_graph in saved_model.meta_graphs
+
+    @property
+    def graph_def(self):
+        return self.meta_graph.graph_def
+
+    @property
+    def signatures(self):
+        return self.meta_graph.signature_def
+
+    @property
+    def is_tf2(self):
+        """A TF2 SavedModel: it carries an object graph (functions, variables, signatures)."""
+        return len(self.meta_graph.object_graph_def.nodes) > 0
+
+    @property
+    def proto_file(self):
+        if self.format == "saved_model":
+            return self.path / SAVED_MODEL_FILES[1 if self.text else 0]
+        return self.path
+
+
+def load(path, tags=None):
+    """Load the model at ``path``; ``tags`` picks a SavedModel MetaGraph (default: serve)."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory")
+    if path.is_dir():
+        model = _load_saved_model(path, tags)
+    else:
+        if tags:
+            raise InputError(f"{path}: --tags applies only to SavedModel directories")
+        model = _load_graph_file(path)
+    _check(model)
+    return model
+
+
+def _read(path):
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+
+
+def _parse(message, data, text, path, what):
+    try:
+        if text:
+            protos.parse_text(data.decode("utf-8"), message)
+        else:
+            message.ParseFromString(data)
+    except (DecodeError, ParseError, UnicodeDecodeError, RuntimeError) as e:
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InputError(f"{path}: not a valid {what} ({'text' if text else 'binary'} protobuf): {detail}") from None
+    return message
+
+
+def _load_saved_model(path, tags):
+    found = [path / name for name in SAVED_MODEL_FILES if (path / name).is_file()]
+    if not found:
+        raise InputError(f"{path}: not a TensorFlow model: a directory needs saved_model.pb or saved_model.pbtxt")
+    proto_file = found[0]
+    text = proto_file.suffix == ".pbtxt"
+    saved = _parse(protos.SavedModel(), _read(proto_file), text, proto_file, "SavedModel")
+    if not saved.meta_graphs:
+        raise InputError(f"{proto_file}: SavedModel holds no MetaGraph")
+    tag_sets = [tuple(mg.meta_info_def.tags) for mg in saved.meta_graphs]
+    wanted = _split_tags(tags)
+    if wanted is None:
+        index = next((i for i, t in enumerate(tag_sets) if set(t) == set(DEFAULT_TAGS)), 0 if len(tag_sets) == 1 else None)
+        if index is None:
+            raise InputError(f"{path}: several tag sets ({_show(tag_sets)}); choose one with --tags")
+    else:
+        index = next((i for i, t in enumerate(tag_sets) if set(t) == set(wanted)), None)
+        if index is None:
+            raise InputError(f"{path}: no MetaGraph with tags '{','.join(wanted)}'; available: {_show(tag_sets)}")
+    return Model(path, "saved_model", text, saved.meta_graphs[index], saved, tag_sets[index], tag_sets, index)
+
+
+def _split_tags(tags):
+    if tags is None:
+        return None
+    if isinstance(tags, str):
+        tags = [t.strip() for t in tags.split(",") if t.strip()]
+    return tuple(tags)
+
+
+def _show(tag_sets):
+    return "; ".join(",".join(t) or "(none)" for t in tag_sets)
+
+
+def _load_graph_file(path):
+    data = _read(path)
+    text = path.suffix in (".pbtxt", ".txt", ".prototxt")
+    if path.suffix == ".meta" or (text and path.stem.endswith(".meta")):
+        meta = _parse(protos.MetaGraphDef(), data, text, path, "MetaGraphDef")
+        return Model(path, "meta_graph", text, meta, tags=tuple(meta.meta_info_def.tags))
+    meta = protos.MetaGraphDef()
+    _parse(meta.graph_def, data, text, path, "GraphDef")
+    if not text and _looks_like_meta_graph(meta.graph_def):
+        # A binary MetaGraphDef under another extension parses as a GraphDef of garbage.
+        meta = _parse(protos.MetaGraphDef(), data, False, path, "MetaGraphDef")
+        return Model(path, "meta_graph", False, meta, tags=tuple(meta.meta_info_def.tags))
+    return Model(path, "graph_def", text, meta)
+
+
+def _looks_like_meta_graph(graph_def):
+    return bool(graph_def.node) and not any(n.op for n in graph_def.node)
+
+
+def _check(model):
+    """Reject what would make TensorFlow abort or misbehave later: checked once, here."""
+    graph = model.graph_def
+    if not graph.node and not graph.library.function:
+        raise InputError(f"{model.proto_file}: the graph is empty (truncated or not a TensorFlow graph?)")
+    for node in graph.node:
+        if not node.name or not node.op:
+            raise InputError(f"{model.proto_file}: a node without a name or op ({node.name or '?'}): corrupt graph")
+    names = {node.name for node in graph.node}
+    for sig_name, sig in model.signatures.items():
+        for kind, infos in (("input", sig.inputs), ("output", sig.outputs)):
+            for key, info in infos.items():
+                where = f"{model.path}: signature '{sig_name}' {kind} '{key}'"
+                encoding = info.WhichOneof("encoding")
+                if encoding is None:
+                    raise InputError(f"{where} names no tensor")
+                if encoding == "name":
+                    if info.dtype == 0:
+                        raise InputError(f"{where} has no dtype")
+                    node_name = info.name.split(":")[0].lstrip("^")
+                    if node_name not in names:
+                        raise InputError(f"{where} names tensor '{info.name}', which is not in the graph")

@@ -1,0 +1,42 @@
+"""Check that a rewritten model computes exactly what the original does (bitwise, on random inputs)."""
+import numpy as np
+
+from msopt.execute import Executable, random_inputs
+
+
+def compare_outputs(expected, actual):
+    """(identical bitwise, max abs difference) over matching output dicts."""
+    identical, worst = True, 0.0
+    for key, want in expected.items():
+        got = actual.get(key)
+        want, got = np.asarray(want), np.asarray(got) if got is not None else None
+        if got is None or got.shape != want.shape or got.dtype != want.dtype:
+            return False, float("inf")
+        if want.dtype == object:
+            same = bool(np.all(want == got))
+        else:
+            same = want.tobytes() == got.tobytes()
+            if want.size and np.issubdtype(want.dtype, np.number):
+                diff = np.abs(want.astype(np.float64) - got.astype(np.float64))
+                worst = max(worst, float(np.nanmax(diff)) if not np.all(np.isnan(diff)) else 0.0)
+        identical &= same
+    return identical, worst
+
+
+def verify(original, rewritten, devices, device_type="cpu", batch_size=3, seed=0):
+    """Run every signature of both models on the same random inputs; returns a report dict."""
+    soft = device_type != "cpu"  # GPU device strings fall back to the CPU when no GPU exists
+    before = Executable(original, devices, "cpu", soft_placement=soft)
+    after = Executable(rewritten, devices, "cpu", soft_placement=soft, variable_values=before.variable_values())
+    report = {"devices": devices, "device_type": "cpu", "signatures": {}}
+    try:
+        for name, spec in before.specs.items():
+            feeds = random_inputs(spec["inputs"], batch_size, seed)
+            identical, worst = compare_outputs(before.run(name, feeds), after.run(name, feeds))
+            report["signatures"][name] = {"identical": identical, "max_abs_diff": worst}
+    finally:
+        before.close()
+        after.close()
+    report["ok"] = all(s["identical"] for s in report["signatures"].values())
+    report["max_abs_diff"] = max((s["max_abs_diff"] for s in report["signatures"].values()), default=0.0)
+    return report
