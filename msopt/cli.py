@@ -155,8 +155,8 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
           --placement device --device-type cpu -o /tmp/linreg_ms2 --verify --json
     """
     from msopt import emit
-    from msopt.partition import check_range, summarize
-    from msopt.rules import PartitionOptions, run_policy
+    from msopt.partition import summarize
+    from msopt.rules import PartitionOptions, make_plan
 
     started = time.perf_counter()
     policy = policy or default_policy()
@@ -165,12 +165,11 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
     out = output or str(emit.default_output(model, streams))
     emit.check_output(loaded, out, force)
     progress(f"partitioning {len(view.nodes)} nodes with policy {policy}")
-    plan = run_policy(policy, view, PartitionOptions(streams=streams))
-    check_range(plan, streams)
+    plan, merges = make_plan(policy, view, PartitionOptions(streams=streams))
     progress(f"writing {out}")
     emit.write(loaded, plan, out, placement, device_type, force)
     document = {"model": model, "policy": policy, **summarize(view, plan, streams), "placement": placement,
-                "output": out, "elapsed_s": round(time.perf_counter() - started, 3)}
+                "constraint_merges": merges, "output": out, "elapsed_s": round(time.perf_counter() - started, 3)}
     if verify:
         from msopt.load import load
         from msopt.verify import verify as run_verify

@@ -18,6 +18,19 @@ class PartitionOptions:
     extra: dict = field(default_factory=dict)  # rule-specific options, by name
 
 
+def make_plan(name, view, options):
+    """Run rule ``name``, check its stream ids, then enforce the placement constraints.
+
+    Returns (partition, merges): merges lists each change the constraints made.
+    """
+    from msopt.constraints import apply
+    from msopt.partition import check_range
+
+    raw = run_policy(name, view, options)
+    check_range(raw, options.streams, {key: f"policy {name}" for key in raw} if name != "none" else None)
+    return apply(view, raw, options.streams, options)
+
+
 def run_policy(name, view, options):
     if name not in POLICIES:
         raise InputError(f"unknown policy '{name}'; choose one of: {', '.join(POLICIES)}")
