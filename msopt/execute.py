@@ -2,7 +2,10 @@
 
 TensorFlow is imported here, inside functions, and nowhere on the proto-only paths.
 """
+import contextlib
 import os
+import sys
+import tempfile
 
 import numpy as np
 
@@ -19,11 +22,36 @@ NUMPY_DTYPES = {
 _configured = {}  # device type -> logical devices configured in this process (TF2 runtime)
 
 
+@contextlib.contextmanager
+def quiet_native_stderr():
+    """Hold back what TensorFlow's C++ runtime prints at start-up (absl logs ignore
+    TF_CPP_MIN_LOG_LEVEL before initialization); replay it on failure or with MSOPT_DEBUG."""
+    if os.environ.get("MSOPT_DEBUG"):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            held.seek(0)
+            sys.stderr.write(held.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def import_tensorflow():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
+    with quiet_native_stderr():
+        import tensorflow as tf
 
-    tf.get_logger().setLevel("ERROR")
+        tf.get_logger().setLevel("ERROR")
+        tf.config.list_physical_devices()  # initializes the platforms (and their start-up logs)
     return tf
 
 
@@ -142,7 +170,7 @@ class Executable:
                 inputs[op.name] = {"name": t.name, "dtype": DTYPE_NAMES[t.dtype.as_datatype_enum], "shape": shape}
         for op in ops:
             for t in op.outputs:
-                if t.name not in consumed and op.type != "Placeholder" and t.dtype not in (self.tf.resource,) and not t.dtype.is_ref_dtype:
+                if t.name not in consumed and op.type != "Placeholder" and t.dtype not in (self.tf.resource,) and t.dtype.base_dtype == t.dtype:
                     outputs[t.name] = {"name": t.name, "dtype": DTYPE_NAMES[t.dtype.as_datatype_enum], "shape": None}
         return {"method": "", "inputs": inputs, "outputs": outputs}
 

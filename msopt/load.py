@@ -13,6 +13,8 @@ from msopt import protos
 from msopt.errors import InputError
 
 SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
+# Signatures TensorFlow uses internally to name an op, not tensors: not user signatures.
+INTERNAL_SIGNATURES = ("__saved_model_init_op", "__saved_model_train_op")
 DEFAULT_TAGS = ("serve",)
 
 
@@ -33,7 +35,8 @@ class Model:
 
     @property
     def signatures(self):
-        return self.meta_graph.signature_def
+        """The user signatures: {name: SignatureDef}."""
+        return {k: v for k, v in self.meta_graph.signature_def.items() if k not in INTERNAL_SIGNATURES}
 
     @property
     def is_tf2(self):
