@@ -1,0 +1,103 @@
+"""Policy chains: a path cover of the DAG (Nimble's and DeepRec FULL_GRAPH_PARTITION's goal), folded onto N streams.
+
+Each chain is a path of data or control edges, so two ops on one chain are always ordered by
+the graph: a chain never serializes independent ops (maximum logical concurrency), and every
+edge followed by a chain is an edge that needs no cross-stream sync or copy. Nimble finds the
+fewest chains with a maximum bipartite matching over the transitive reduction (O(n^2) memory,
+up to O(n^3) time); here one pass in topological order matches each op to a predecessor whose
+chain is still open, preferring a predecessor for which this op is its last chance (the
+degree-one rule of Karp and Sipser's matching heuristic): linear time and memory. The chains
+are then folded onto at most N streams as intervals of their earliest-start schedule: a chain
+goes to a stream already idle when it starts (no concurrency lost), else to the stream that
+frees up first, preferring the stream it shares the most edges with.
+"""
+
+from msopt.rules.walk import earliest_times, flatten, vertex_costs
+
+
+def chains(view, options):
+    dag = flatten(view)
+    cost = vertex_costs(view, dag, options)
+    chain_of = path_cover(dag)
+    stream_of = fold(dag, chain_of, cost, options.streams)
+    return dag.partition(stream_of, view)
+
+
+def path_cover(dag):
+    """Chain id per vertex: a vertex-disjoint path cover built in one topological pass."""
+    n = len(dag)
+    preds, succs = dag.preds, dag.succs
+    chain_of = [-1] * n
+    extended = bytearray(n)  # 1 once a vertex's chain has been continued by a successor
+    pending = [len(s) for s in succs]  # successors not yet visited
+    chains = 0
+    for v in dag.order:
+        best, best_rank = -1, None
+        for u in preds[v]:
+            pending[u] -= 1
+        for u in preds[v]:
+            if extended[u]:
+                continue
+            rank = (pending[u] == 0, -pending[u])  # last chance first, then the fewest other options
+            if best_rank is None or rank > best_rank:
+                best, best_rank = u, rank
+        if best < 0:
+            chain_of[v] = chains
+            chains += 1
+        else:
+            extended[best] = 1
+            chain_of[v] = chain_of[best]
+    return chain_of
+
+
+def fold(dag, chain_of, cost, streams):
+    """Stream per vertex: chains laid on at most ``streams`` streams as intervals (see the module docstring)."""
+    start, finish = earliest_times(dag, cost)
+    count = max(chain_of, default=-1) + 1
+    first = [float("inf")] * count
+    last = [0.0] * count
+    work = [0.0] * count
+    for v, c in enumerate(chain_of):
+        if start[v] < first[c]:
+            first[c] = start[v]
+        if finish[v] > last[c]:
+            last[c] = finish[v]
+        work[c] += cost[v]
+    # Chains longest-first within one start time, so the critical chain lands on stream 0.
+    ordered = sorted(range(count), key=lambda c: (first[c], -work[c], c))
+    stream_of_chain = [0] * count
+    free_at = [(0.0, s) for s in range(streams)]  # (time the stream's last chain ends, stream)
+    neighbours = _chain_neighbours(dag, chain_of) if streams > 1 else None
+    for c in ordered:
+        idle = [s for end, s in free_at if end <= first[c]]
+        if idle:
+            s = _most_linked(idle, neighbours.get(c) if neighbours else None, stream_of_chain)
+        else:
+            s = min(free_at)[1]
+        stream_of_chain[c] = s
+        free_at[s] = (max(free_at[s][0], first[c]) + max(last[c] - first[c], 0.0), s)
+    return [stream_of_chain[c] for c in chain_of]
+
+
+def _chain_neighbours(dag, chain_of):
+    """{chain: {earlier chain: edges between them}}, counting only edges into a chain from already placed ones."""
+    links = {}
+    for v, ps in enumerate(dag.preds):
+        c = chain_of[v]
+        for u in ps:
+            d = chain_of[u]
+            if d != c:
+                inner = links.setdefault(c, {})
+                inner[d] = inner.get(d, 0) + 1
+    return links
+
+
+def _most_linked(candidates, linked, stream_of_chain):
+    if not linked:
+        return candidates[0]
+    weight = dict.fromkeys(candidates, 0)
+    for chain, edges in linked.items():
+        s = stream_of_chain[chain]
+        if s in weight:
+            weight[s] += edges
+    return max(candidates, key=lambda s: (weight[s], -s))

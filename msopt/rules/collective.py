@@ -1,0 +1,20 @@
+"""Policy collective: communication ops on their own stream, so that communication overlaps computation.
+
+Communication ops are NCCL's (NcclAllReduce, NcclReduce, NcclBroadcast), TensorFlow's
+collectives (Collective*), Horovod's (Horovod*), and the transfers TensorFlow inserts between
+devices (_Send/_Recv and their host variants). They go to the last stream (or
+options.extra['collective_stream']); everything else stays on stream 0.
+"""
+COMMUNICATION_PREFIXES = ("Nccl", "Collective", "Horovod", "_Nccl")
+COMMUNICATION_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv", "Send", "Recv", "AllReduce"})
+
+
+def is_communication(op):
+    return op in COMMUNICATION_OPS or op.startswith(COMMUNICATION_PREFIXES)
+
+
+def collective(view, options):
+    target = (options.extra or {}).get("collective_stream", options.streams - 1)
+    if options.streams < 2 or target == 0:
+        return {}
+    return {node.key: target for node in view.real_nodes() if is_communication(node.op)}

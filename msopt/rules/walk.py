@@ -1,0 +1,198 @@
+"""Graph walks shared by the automatic rules: one flat DAG over the main graph and every function body.
+
+A TF2 model computes inside function bodies, so the rules schedule a flat DAG in which each
+call's body is expanded in place: a virtual *start* vertex waits for the call's inputs, the
+body's roots wait for the start, a body node reading argument i waits for the caller's input
+i, and the call node itself waits for the body's returns (so its consumers see the body as
+nested inside the call's time span). Loop back edges (NextIteration -> Merge) are dropped.
+Memory and time are linear in vertices plus edges; no reachability matrix is ever built.
+"""
+from collections import defaultdict
+
+from msopt.graph import MAIN
+
+BACK_EDGE_OPS = frozenset({"NextIteration", "RefNextIteration"})
+FIRST_INPUT_IS_PREDICATE = frozenset({"If", "StatelessIf", "Case", "StatelessCase"})
+EXPANSION_FACTOR = 4  # beyond this many vertices per view node, repeated calls share one body
+
+
+class Dag:
+    """Vertices (view node keys, or None for virtual start vertices), edges both ways, a topological order."""
+
+    def __init__(self):
+        self.keys = []  # vertex -> view node key (None: a call's virtual start)
+        self.preds = []  # vertex -> [vertex]
+        self.succs = []  # vertex -> [vertex]
+        self.first = {}  # view node key -> its first vertex (the one whose stream the partition keeps)
+        self.order = []  # topological order of all vertices
+
+    def __len__(self):
+        return len(self.keys)
+
+    def add(self, key):
+        vertex = len(self.keys)
+        self.keys.append(key)
+        self.preds.append([])
+        self.succs.append([])
+        if key is not None and key not in self.first:
+            self.first[key] = vertex
+        return vertex
+
+    def link(self, src, dst):
+        self.preds[dst].append(src)
+        self.succs[src].append(dst)
+
+    def edge_count(self):
+        return sum(len(p) for p in self.preds)
+
+    def partition(self, stream_of, view):
+        """{node key: stream} from a per-vertex stream list; virtual nodes are left out."""
+        nodes = view.nodes
+        return {key: stream_of[v] for key, v in self.first.items() if nodes[key].proto is not None}
+
+
+def flatten(view):
+    """The flat DAG of ``view`` (see the module docstring)."""
+    dag = Dag()
+    by_function = defaultdict(list)
+    for node in view.nodes.values():
+        if node.proto is not None:
+            by_function[node.function].append(node)
+    budget = EXPANSION_FACTOR * len(view.nodes) + 1000
+    expanded = {}  # function -> returns of its first instance ({output name: vertex})
+    _expand(view, dag, by_function, MAIN, {}, None, expanded, budget, [])
+    for name, info in view.functions.items():  # bodies nobody calls from the main graph still get a plan
+        if name not in expanded:
+            _expand(view, dag, by_function, name, {}, None, expanded, budget, [name])
+    dag.order = topological_order(dag)
+    return dag
+
+
+def _expand(view, dag, by_function, function, arg_source, start, expanded, budget, stack):
+    """Add one instance of ``function``'s body; returns {return name: vertex or None}."""
+    nodes = view.nodes
+    body = by_function.get(function, ())
+    local = {node.key: dag.add(node.key) for node in body}
+
+    def resolve(key):
+        if key in local:
+            return local[key]
+        return arg_source.get(key)  # a function argument: the caller's vertex (None at a root)
+
+    for node in body:
+        v = local[node.key]
+        if node.op in BACK_EDGE_OPS:
+            continue
+        has_pred = False
+        for src, _ in node.inputs:
+            u = resolve(src)
+            if u is not None and nodes[src].op not in BACK_EDGE_OPS:
+                dag.link(u, v)
+                has_pred = True
+        for src in node.control_inputs:
+            u = resolve(src)
+            if u is not None:
+                dag.link(u, v)
+                has_pred = True
+        if not has_pred and start is not None:
+            dag.link(start, v)
+    for node in body:
+        for callee in node.calls:
+            _expand_call(view, dag, by_function, node, callee, local[node.key], resolve, expanded, budget, stack)
+    info = view.functions.get(function)
+    if info is None:
+        return {}
+    return {name: resolve(src) for name, (src, _) in info.returns.items()}
+
+
+def _expand_call(view, dag, by_function, node, callee, call_vertex, resolve, expanded, budget, stack):
+    """Expand ``callee`` inside the call ``node``: inputs -> start -> body -> returns -> call."""
+    info = view.functions.get(callee)
+    if info is None or callee in stack:
+        return
+    if callee in expanded and len(dag) > budget:  # too big to copy again: wait on the first instance
+        returns = expanded[callee].values()
+    else:
+        start = dag.add(None)
+        for u in dag.preds[call_vertex]:
+            dag.link(u, start)
+        offset = 1 if node.op in FIRST_INPUT_IS_PREDICATE else 0
+        arg_source = {}
+        for i, arg in enumerate(info.args):
+            j = i + offset
+            arg_source[arg] = resolve(node.inputs[j][0]) if j < len(node.inputs) else start
+            if arg_source[arg] is None:
+                arg_source[arg] = start
+        returns = _expand(view, dag, by_function, callee, arg_source, start, expanded, budget, stack + [callee])
+        expanded.setdefault(callee, returns)
+        returns = returns.values()
+    for u in set(returns):
+        if u is not None and u != call_vertex:
+            dag.link(u, call_vertex)
+
+
+def topological_order(dag):
+    """Kahn's order; vertices left on a cycle are appended in insertion order (their cycle edge ignored)."""
+    indegree = [len(p) for p in dag.preds]
+    order = [v for v, d in enumerate(indegree) if d == 0]
+    succs = dag.succs
+    i = 0
+    while i < len(order):
+        for w in succs[order[i]]:
+            indegree[w] -= 1
+            if indegree[w] == 0:
+                order.append(w)
+        i += 1
+    if len(order) < len(indegree):
+        placed = set(order)
+        order.extend(v for v in range(len(indegree)) if v not in placed)
+    return order
+
+
+def earliest_times(dag, cost):
+    """(start, finish) per vertex with unlimited streams and free syncs: the ASAP schedule."""
+    start = [0.0] * len(dag)
+    finish = [0.0] * len(dag)
+    preds = dag.preds
+    for v in dag.order:
+        s = 0.0
+        for u in preds[v]:
+            if finish[u] > s:
+                s = finish[u]
+        start[v] = s
+        finish[v] = s + cost[v]
+    return start, finish
+
+
+def longest_to_sink(dag, cost):
+    """Per vertex, the longest cost path from it to any sink (its own cost included): the list priority."""
+    rank = [0.0] * len(dag)
+    succs = dag.succs
+    for v in reversed(dag.order):
+        best = 0.0
+        for w in succs[v]:
+            if rank[w] > best:
+                best = rank[w]
+        rank[v] = best + cost[v]
+    return rank
+
+
+def vertex_costs(view, dag, options):
+    """Per-vertex time: the cost model's when one is given in options.extra['costs'] ({key: ms}), else unit work."""
+    given = options.extra.get("costs") if options.extra else None
+    nodes = view.nodes
+    if given is not None:
+        return [given.get(key, 0.0) if key is not None else 0.0 for key in dag.keys]
+    return [unit_cost(nodes[key]) if key is not None else 0.0 for key in dag.keys]
+
+
+FREE_OPS = frozenset({
+    "Const", "Identity", "IdentityN", "NoOp", "Placeholder", "PlaceholderWithDefault", "VarHandleOp",
+    "ReadVariableOp", "VariableV2", "StopGradient", "_Arg", "_Retval", "StatefulPartitionedCall",
+    "PartitionedCall", "Enter", "Exit", "Merge", "Switch", "NextIteration", "LoopCond",
+})
+
+
+def unit_cost(node):
+    """Topology-only work: one unit per op that launches a kernel, nothing for bookkeeping ops and calls."""
+    return 0.0 if node.op in FREE_OPS or node.calls else 1.0
