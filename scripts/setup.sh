@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Install what msopt needs on a fresh Debian/Ubuntu machine: graphviz (and chromium for the
+# HTML report's browser test), then msopt with TensorFlow (CPU) and the test tools.
+# Idempotent; uses sudo for apt when not root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_browser=${MSOPT_WITH_BROWSER:-1}
+packages=(graphviz)
+[ "$want_browser" = 1 ] && packages+=(chromium)
+
+missing=()
+for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null; then
+    sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    echo "installing ${missing[*]} with apt-get" >&2
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "warning: no apt-get; install ${missing[*]} yourself (graphviz gives 'dot')" >&2
+  fi
+fi
+
+python3 -m pip install -q --disable-pip-version-check -e ".[test]"
