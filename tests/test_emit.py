@@ -95,3 +95,24 @@ def test_failure_midway_leaves_no_output_and_no_temporary(sample, tmp_path, monk
     with pytest.raises(OSError):
         emit.write(model, {}, tmp_path / "out")
     assert list(tmp_path.iterdir()) == [tmp_path / "linreg_tf1"]
+
+
+def test_several_meta_graphs_select_by_tags_and_keep_the_others(sample, tmp_path):
+    from msopt import protos
+
+    src = sample("linreg_tf1")
+    pb = src / "saved_model.pb"
+    saved = protos.SavedModel.FromString(pb.read_bytes())
+    extra = saved.meta_graphs.add()
+    extra.CopyFrom(saved.meta_graphs[0])
+    extra.meta_info_def.tags[:] = ["serve", "gpu"]
+    pb.write_bytes(saved.SerializeToString())
+    with pytest.raises(InputError):
+        load(src, "train")
+    model = load(src, "gpu,serve")
+    assert model.index == 1 and model.tag_sets == [("serve",), ("serve", "gpu")]
+    view = GraphView(model.graph_def)
+    out = emit.write(model, {n.key: 1 for n in view.real_nodes()}, tmp_path / "out")
+    written = protos.SavedModel.FromString((out / "saved_model.pb").read_bytes())
+    assert written.meta_graphs[0] == saved.meta_graphs[0], "the MetaGraph not selected is untouched"
+    assert all(n.attr["_stream_id"].i == 1 for n in written.meta_graphs[1].graph_def.node)
