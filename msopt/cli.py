@@ -10,7 +10,7 @@ import click
 from msopt.errors import CheckFailed, InputError
 
 # Commands living in their own modules, loaded only when run or listed.
-LAZY_COMMANDS = {}
+LAZY_COMMANDS = {"simulate": "msopt.simulate_cli:simulate"}
 
 
 class Group(click.Group):
@@ -137,9 +137,12 @@ def default_policy():
 @click.option("--force", is_flag=True, help="Replace an existing output.")
 @click.option("--report", type=click.Path(dir_okay=False), default=None, help="Write the JSON report to this file.")
 @click.option("--verify", is_flag=True, help="Run original and rewritten model in TensorFlow; exit 1 unless outputs are identical.")
+@click.option("--target", default=None, metavar="GPU", help="GPU profile of the simulated figures: h100, a100, v100, t4 (default h100).")
+@click.option("--batch-size", type=int, default=1, show_default=True, help="Unknown batch dimension, for the cost model.")
+@click.option("--costs", type=click.Path(dir_okay=False), default=None, help="Measured per-op times (see `msopt simulate --help`).")
 @TAGS
 @JSON
-def partition(model, streams, policy, placement, device_type, output, force, report, verify, tags, as_json):
+def partition(model, streams, policy, placement, device_type, output, force, report, verify, target, batch_size, costs, tags, as_json):
     """Assign every op of MODEL to one of N streams and write the rewritten model.
 
     \b
@@ -147,7 +150,8 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
       none   keep the _stream_id attributes already present and check them
 
     The report (--report, or stdout with --json) holds streams, nodes_per_stream,
-    cross_stream_edges, functions (per-function breakdown), output and elapsed_s.
+    cross_stream_edges, functions (per-function breakdown), output, elapsed_s, and
+    simulated (the figures of `msopt simulate` for this plan on --target at --batch-size).
 
     \b
     Example:
@@ -165,11 +169,16 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
     out = output or str(emit.default_output(model, streams))
     emit.check_output(loaded, out, force)
     progress(f"partitioning {len(view.nodes)} nodes with policy {policy}")
-    plan, merges = make_plan(policy, view, PartitionOptions(streams=streams))
+    from msopt.simulate import simulate
+    from msopt.simulate_cli import build_cost_model
+
+    cost_model = build_cost_model(view, loaded, target, batch_size, costs)
+    plan, merges = make_plan(policy, view, PartitionOptions(streams=streams, extra={"cost_model": cost_model, "model": loaded}))
     progress(f"writing {out}")
     emit.write(loaded, plan, out, placement, device_type, force)
     document = {"model": model, "policy": policy, **summarize(view, plan, streams), "placement": placement,
                 "constraint_merges": merges, "output": out, "elapsed_s": round(time.perf_counter() - started, 3)}
+    document["simulated"] = simulate(view, plan, streams, cost_model).report()
     if verify:
         from msopt.load import load
         from msopt.verify import verify as run_verify
@@ -190,6 +199,9 @@ def _partition_text(doc):
     lines = [f"wrote {doc['output']} ({doc['policy']}, {doc['streams']} streams, {doc['elapsed_s']} s)"]
     lines.append("  nodes per stream: " + ", ".join(f"{i}: {n}" for i, n in enumerate(doc["nodes_per_stream"])))
     lines.append(f"  cross-stream edges: {doc['cross_stream_edges']}; functions: {len(doc['functions'])}")
+    sim = doc["simulated"]
+    lines.append(f"  simulated on {sim['target']}: {sim['makespan_ms']:.4g} ms vs {sim['single_stream_ms']:.4g} ms on one stream "
+                 f"(speedup {sim['speedup']:.3g}x, ratio to bound {sim['ratio_to_bound']:.3g})")
     if "verify" in doc:
         v = doc["verify"]
         state = "identical" if v["ok"] else "DIFFERENT"
