@@ -97,11 +97,14 @@ def configure_logical_devices(tf, count, device_type="cpu"):
 class Executable:
     """A loaded model whose signatures can be run on numpy feeds."""
 
-    def __init__(self, model, devices, device_type="cpu", soft_placement=False, variable_values=None):
+    def __init__(self, model, devices, device_type="cpu", soft_placement=False, variable_values=None,
+                 session_config=None):
+        """``session_config`` (a ConfigProto) runs every format, TF2 SavedModels too, in a v1 Session."""
         self.tf = tf = import_tensorflow()
         self.model = model
         self.specs = signature_specs(model)
-        if model.format == "saved_model" and model.is_tf2:
+        self._session_config = session_config
+        if model.format == "saved_model" and model.is_tf2 and session_config is None:
             configure_logical_devices(tf, devices, device_type)
             tf.config.set_soft_device_placement(soft_placement)
             self._load_tf2()
@@ -121,7 +124,8 @@ class Executable:
     def _load_tf1(self, devices, device_type, soft_placement, variable_values):
         tf = self.tf
         v1 = tf.compat.v1
-        config = v1.ConfigProto(device_count={device_type.upper(): devices}, allow_soft_placement=soft_placement)
+        config = self._session_config or v1.ConfigProto(device_count={device_type.upper(): devices},
+                                                        allow_soft_placement=soft_placement)
         self.graph = tf.Graph()
         self.session = v1.Session(graph=self.graph, config=config)
         try:
@@ -185,6 +189,29 @@ class Executable:
         fetches = {k: v["name"] for k, v in spec["outputs"].items()}
         feed_dict = {spec["inputs"][k]["name"]: v for k, v in feeds.items()}
         return self.session.run(fetches, feed_dict=feed_dict)
+
+    def step(self, signature, feeds):
+        """A callable running ``signature`` on fixed ``feeds`` with the least per-call work; returns outputs."""
+        spec = self.specs[signature]
+        if hasattr(self, "_functions"):
+            fn, tensors = self._functions[signature], {k: self.tf.constant(v) for k, v in feeds.items()}
+            return lambda: {k: v.numpy() for k, v in fn(**tensors).items()}
+        keys = sorted(spec["outputs"])
+        call = self.tensor_step([spec["outputs"][k]["name"] for k in keys], [spec["inputs"][k]["name"] for k in feeds])
+        values = list(feeds.values())
+        return lambda: dict(zip(keys, call(*values)))
+
+    def tensor_step(self, fetch_names, feed_names, options=None, run_metadata=None):
+        """A Session callable from tensor names to tensor names (any tensor of the graph may be fed)."""
+        if getattr(self, "session", None) is None:
+            raise InputError("running by tensor name needs a Session (TF1 graph or session_config)")
+        with self.graph.as_default():
+            fetches = [self.graph.get_tensor_by_name(n) for n in fetch_names]
+            feed_list = [self.graph.get_tensor_by_name(n) for n in feed_names]
+        call = self.session.make_callable(fetches, feed_list=feed_list, accept_options=options is not None)
+        if options is None:
+            return call
+        return lambda *values: call(*values, options=options, run_metadata=run_metadata)
 
     def close(self):
         if getattr(self, "session", None) is not None:
