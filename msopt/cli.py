@@ -10,7 +10,8 @@ import click
 from msopt.errors import CheckFailed, InputError
 
 # Commands living in their own modules, loaded only when run or listed.
-LAZY_COMMANDS = {"run": "msopt.run_command:run", "simulate": "msopt.simulate_cli:simulate"}
+LAZY_COMMANDS = {"run": "msopt.run_command:run", "simulate": "msopt.simulate_cli:simulate",
+                 "visualize": "msopt.visualize_command:visualize"}
 
 
 class Group(click.Group):
@@ -140,14 +141,19 @@ def default_policy():
 @click.option("--target", default=None, metavar="GPU", help="GPU profile of the simulated figures: h100, a100, v100, t4 (default h100).")
 @click.option("--batch-size", type=int, default=1, show_default=True, help="Unknown batch dimension, for the cost model.")
 @click.option("--costs", type=click.Path(dir_okay=False), default=None, help="Measured per-op times (see `msopt simulate --help`).")
+@click.option("--rules", type=click.Path(dir_okay=False), default=None, help="YAML rules file for --policy manual (implies it).")
+@click.option("--override", is_flag=True, help="Rules win over _stream_id attributes already on the nodes.")
+@click.option("--no-const-dup", is_flag=True, help="Do not copy Const nodes into each stream that consumes them.")
 @TAGS
 @JSON
-def partition(model, streams, policy, placement, device_type, output, force, report, verify, target, batch_size, costs, tags, as_json):
+def partition(model, streams, policy, placement, device_type, output, force, report, verify, target, batch_size, costs,
+              rules, override, no_const_dup, tags, as_json):
     """Assign every op of MODEL to one of N streams and write the rewritten model.
 
     \b
     Policies:
       none   keep the _stream_id attributes already present and check them
+      manual a rules file (--rules rules.yaml): regex, scope, op or function -> stream
 
     The report (--report, or stdout with --json) holds streams, nodes_per_stream,
     cross_stream_edges, functions (per-function breakdown), output, elapsed_s, and
@@ -163,7 +169,9 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
     from msopt.rules import PartitionOptions, make_plan
 
     started = time.perf_counter()
-    policy = policy or default_policy()
+    policy = policy or ("manual" if rules else default_policy())
+    if rules and policy != "manual":
+        raise InputError(f"--rules is read by --policy manual, not by --policy {policy}")
     progress(f"loading {model}")
     loaded, view = open_model(model, tags)
     out = output or str(emit.default_output(model, streams))
@@ -173,11 +181,18 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
     from msopt.simulate_cli import build_cost_model
 
     cost_model = build_cost_model(view, loaded, target, batch_size, costs)
-    plan, merges = make_plan(policy, view, PartitionOptions(streams=streams, extra={"cost_model": cost_model, "model": loaded}))
+    options = PartitionOptions(streams=streams, extra={"cost_model": cost_model, "model": loaded}, rules=rules,
+                               override=override, const_dup=not no_const_dup)
+    plan, merges = make_plan(policy, view, options)
+    from msopt.constraints import const_copies
+
+    copies = const_copies(view, plan) if options.const_dup else {}
+    for row in options.report.get("unmatched_rules", []):
+        click.echo(f"msopt: warning: rule {row['rule']} ({rules}:{row['line']}) matched no node", err=True)
     progress(f"writing {out}")
-    emit.write(loaded, plan, out, placement, device_type, force)
+    emit.write(loaded, plan, out, placement, device_type, force, const_copies=copies)
     document = {"model": model, "policy": policy, **summarize(view, plan, streams), "placement": placement,
-                "constraint_merges": merges, "output": out, "elapsed_s": round(time.perf_counter() - started, 3)}
+                "constraint_merges": merges, "const_copies": copies, **options.report, "output": out, "elapsed_s": round(time.perf_counter() - started, 3)}
     document["simulated"] = simulate(view, plan, streams, cost_model).report()
     if verify:
         from msopt.load import load
@@ -199,6 +214,16 @@ def _partition_text(doc):
     lines = [f"wrote {doc['output']} ({doc['policy']}, {doc['streams']} streams, {doc['elapsed_s']} s)"]
     lines.append("  nodes per stream: " + ", ".join(f"{i}: {n}" for i, n in enumerate(doc["nodes_per_stream"])))
     lines.append(f"  cross-stream edges: {doc['cross_stream_edges']}; functions: {len(doc['functions'])}")
+    kinds = {}
+    for merge in doc["constraint_merges"]:
+        kinds.setdefault(merge["constraint"], []).append(merge)
+    for kind, merges in kinds.items():
+        lines.append(f"  constraint {kind}: moved {sum(len(m['moved']) for m in merges)} node(s) in {len(merges)} group(s), "
+                     f"e.g. {merges[0]['moved'][0]} to stream {merges[0]['stream']}")
+    if doc["const_copies"]:
+        lines.append(f"  const copies: {sum(map(len, doc['const_copies'].values()))} of {len(doc['const_copies'])} Const node(s)")
+    for row in doc.get("unmatched_rules", []):
+        lines.append(f"  rule {row['rule']} (line {row['line']}) matched no node")
     sim = doc["simulated"]
     lines.append(f"  simulated on {sim['target']}: {sim['makespan_ms']:.4g} ms vs {sim['single_stream_ms']:.4g} ms on one stream "
                  f"(speedup {sim['speedup']:.3g}x, ratio to bound {sim['ratio_to_bound']:.3g})")

@@ -1,9 +1,309 @@
-"""The hard placement constraints, applied after every rule (filled in by the manual-partition work).
+"""The hard placement constraints, applied after every rule: what TensorFlow needs to place a plan as written.
 
 apply(view, partition, streams, options) -> (partition, merges): a new partition that
-TensorFlow can place and that computes the same thing, and one record per change made.
+TensorFlow places exactly as written and that computes the same thing, and one record per
+change made. Each constraint is one function below; ``apply`` composes them:
+
+- host_only: ops without a GPU kernel or with string outputs keep their device, no stream;
+- colocation_links: nodes of one colocation group (``_class: loc:@x``) share one stream;
+- resource_links: a resource or reference and every op consuming it share one stream,
+  followed through function calls into their bodies (TF2 captured variables);
+- frame_links: every node of a TF1 control-flow frame (Enter ... Exit) shares one stream;
+- share_streams: each linked group moves, whole, to the stream most of its consumers got;
+- const_copies (used by emit, not a partition change): per-stream copies of Const nodes.
+
+Functional control flow (While, If, Case and their Stateless forms) needs no rule here: the
+call is one node and its body functions are partitioned like any other function.
 """
+from collections import Counter, defaultdict
+
+from msopt.graph import node_key
+
+DT_STRING = 7
+DT_RESOURCE = 20
+REF_OFFSET = 100  # DataType values above 100 are reference types
+
+# Ops that have no GPU kernel in stock TensorFlow (or keep their outputs in host memory).
+# This list is maintained by hand: a CPU-only TensorFlow registers no GPU kernels, so
+# msopt cannot ask. Any op whose type or dtype attributes say "string" is host-only too.
+HOST_ONLY_OPS = frozenset({
+    # checkpoints and files
+    "SaveV2", "Save", "SaveSlices", "RestoreV2", "Restore", "RestoreSlice", "MergeV2Checkpoints",
+    "ShardedFilename", "ShardedFilespec", "ReadFile", "WriteFile", "MatchingFiles",
+    # string processing and parsing
+    "StaticRegexFullMatch", "StaticRegexReplace", "RegexFullMatch", "RegexReplace", "Substr",
+    "DecodeCSV", "DecodeRaw", "DecodeJSONExample", "ParseExample", "ParseExampleV2", "ParseSingleExample",
+    "ParseSequenceExample", "ParseSequenceExampleV2", "ParseSingleSequenceExample", "ParseTensor",
+    "SerializeTensor", "EncodeBase64", "DecodeBase64", "AsString", "ReduceJoin", "UnicodeDecode",
+    "UnicodeDecodeWithOffsets", "UnicodeEncode", "UnicodeScript", "UnicodeTranscode",
+    # hashing of strings into buckets
+    "StringToHashBucket", "StringToHashBucketFast", "StringToHashBucketStrong",
+    # lookup tables
+    "HashTable", "HashTableV2", "MutableHashTable", "MutableHashTableV2", "MutableHashTableOfTensors",
+    "MutableHashTableOfTensorsV2", "MutableDenseHashTable", "MutableDenseHashTableV2",
+    "AnonymousHashTable", "AnonymousMutableHashTable", "AnonymousMutableHashTableOfTensors",
+    "AnonymousMutableDenseHashTable", "LookupTableFind", "LookupTableFindV2", "LookupTableInsert",
+    "LookupTableInsertV2", "LookupTableImport", "LookupTableImportV2", "LookupTableExport",
+    "LookupTableExportV2", "LookupTableSize", "LookupTableSizeV2", "LookupTableRemoveV2",
+    "InitializeTable", "InitializeTableV2", "InitializeTableFromTextFile", "InitializeTableFromTextFileV2",
+    "InitializeTableFromDataset",
+    # ragged and sparse helpers without GPU kernels
+    "RaggedTensorToTensor", "RaggedTensorToSparse", "RaggedTensorFromVariant", "RaggedTensorToVariant",
+    "DenseBincount", "Bincount", "SparseSegmentSumWithNumSegments",
+    # summaries, printing, input pipelines
+    "Print", "PrintV2", "Assert", "ScalarSummary", "HistogramSummary", "ImageSummary", "MergeSummary",
+    "IteratorV2", "IteratorGetNext", "MakeIterator", "OneShotIterator",
+})
+STRING_ATTRS = ("T", "dtype", "out_type", "Tout", "DstT", "SrcT")
+
+RESOURCE_PRODUCERS = frozenset({
+    "VarHandleOp", "_VarHandlesOp", "VariableV2", "Variable", "TemporaryVariable",
+    "HashTable", "HashTableV2", "MutableHashTable", "MutableHashTableV2", "MutableHashTableOfTensors",
+    "MutableHashTableOfTensorsV2", "MutableDenseHashTable", "MutableDenseHashTableV2",
+})
+PASS_THROUGH_OPS = frozenset({
+    "Identity", "IdentityN", "RefIdentity", "Enter", "RefEnter", "Exit", "RefExit", "Switch", "RefSwitch",
+    "Merge", "RefMerge", "NextIteration", "RefNextIteration",
+})
+# Consumers that only manage a variable's life: they follow the group but do not choose its stream.
+BOOKKEEPING_OPS = frozenset({
+    "VarIsInitializedOp", "IsVariableInitialized", "DisableCopyOnRead", "DestroyResourceOp",
+    "Assign", "AssignVariableOp",
+})
+CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
+IF_OPS = frozenset({"If", "StatelessIf"})
+WHILE_OPS = frozenset({"While", "StatelessWhile"})
+CASE_OPS = frozenset({"Case", "StatelessCase"})
+LOOP_ENTRY, LOOP_EXIT = frozenset({"Enter", "RefEnter"}), frozenset({"Exit", "RefExit"})
 
 
 def apply(view, partition, streams, options=None):
-    return dict(partition), []
+    """Enforce every constraint on ``partition``; returns (new partition, merge records)."""
+    partition = dict(partition)
+    fallback = getattr(options, "fallback", None) or set()
+    host = host_only(view)
+    merges = _drop(partition, host)
+    links = _UnionFind()
+    for kind, linker in (("colocation", colocation_links), ("resource", resource_links), ("frame", frame_links)):
+        for a, b in linker(view):
+            if a not in host and b not in host:
+                links.union(a, b, kind)
+    merges += share_streams(view, partition, links, fallback)
+    return partition, merges
+
+
+# -- host-only ops ------------------------------------------------------------------------------
+def host_only(view):
+    """Keys of the nodes that must keep their device: no GPU kernel, or string-typed."""
+    return {n.key for n in view.real_nodes() if is_host_only(n)}
+
+
+def is_host_only(node):
+    if node.op in HOST_ONLY_OPS or "String" in node.op:
+        return True
+    for name in STRING_ATTRS:
+        if name in node.proto.attr:
+            value = node.proto.attr[name]
+            if value.type == DT_STRING or DT_STRING in value.list.type:
+                return True
+    return False
+
+
+def _drop(partition, host):
+    removed = sorted(key for key in host if key in partition)
+    for key in removed:
+        del partition[key]
+    if not removed:
+        return []
+    return [{"constraint": "host_only", "stream": None, "moved": removed, "group_size": len(removed),
+             "reason": "no GPU kernel or string data: keeps its device, no stream"}]
+
+
+# -- links: pairs of nodes that must share a stream --------------------------------------------
+def colocation_links(view):
+    """Members of one colocation group (``_class: loc:@name``) with the group's named node."""
+    for node in view.real_nodes():
+        if "_class" not in node.proto.attr:
+            continue
+        for entry in node.proto.attr["_class"].list.s:
+            entry = entry.decode(errors="replace")
+            if entry.startswith("loc:@"):
+                other = node_key(node.function, entry[len("loc:@"):])
+                if other in view.nodes and other != node.key:
+                    yield node.key, other
+
+
+def resource_links(view):
+    """A resource or reference producer with each consumer, through calls into function bodies."""
+    carriers = resource_carriers(view)
+    for node in view.nodes.values():
+        if node.virtual:
+            continue
+        callees = callee_arguments(view, node)
+        for index, (src, _) in enumerate(node.inputs):
+            if src not in carriers:
+                continue
+            if callees is None:
+                yield src, node.key
+                continue
+            for function, offset in callees:  # a call: the body's argument joins, not the call
+                args = view.functions[function].args
+                if 0 <= index - offset < len(args):
+                    yield src, args[index - offset]
+
+
+def resource_carriers(view):
+    """Keys of nodes whose output is a resource handle or a reference."""
+    carriers = set()
+    for name, info in view.functions.items():
+        for key, arg in zip(info.args, info.proto.signature.input_arg):
+            if arg.type == DT_RESOURCE or arg.type > REF_OFFSET or arg.is_ref:
+                carriers.add(key)
+    for node in view.real_nodes():
+        dtype = node.proto.attr["dtype"].type if "dtype" in node.proto.attr else 0
+        if node.op in RESOURCE_PRODUCERS or (node.op == "Placeholder" and (dtype == DT_RESOURCE or dtype > REF_OFFSET)):
+            carriers.add(node.key)
+    frontier = list(carriers)
+    while frontier:  # resources flow on through Identity, Enter, Switch, Merge, ...
+        key = frontier.pop()
+        for consumer in view.nodes[key].outputs:
+            node = view.nodes[consumer]
+            if node.op in PASS_THROUGH_OPS and consumer not in carriers and any(s == key for s, _ in node.inputs):
+                carriers.add(consumer)
+                frontier.append(consumer)
+    return carriers
+
+
+def callee_arguments(view, node):
+    """[(function, offset)]: data input i of a call node is argument i - offset; None if not a call."""
+    if node.op in view.functions:
+        return [(node.op, 0)]
+    attrs = node.proto.attr
+    if node.op in CALL_OPS:
+        names, offset = [attrs["f"].func.name], 0
+    elif node.op in WHILE_OPS:
+        names, offset = [attrs["cond"].func.name, attrs["body"].func.name], 0
+    elif node.op in IF_OPS:
+        names, offset = [attrs["then_branch"].func.name, attrs["else_branch"].func.name], 1
+    elif node.op in CASE_OPS:
+        names, offset = [f.name for f in attrs["branches"].list.func], 1
+    else:
+        return None
+    return [(name, offset) for name in names if name in view.functions]
+
+
+def frame_links(view):
+    """Every node reached from a TF1 loop's Enter nodes before the matching Exit, with that Enter."""
+    for enter in view.real_nodes():
+        if enter.op not in LOOP_ENTRY:
+            continue
+        seen = {enter.key}
+        stack = [(enter.key, 1)]
+        while stack:
+            key, depth = stack.pop()
+            for consumer in view.nodes[key].outputs:
+                if consumer in seen:
+                    continue
+                seen.add(consumer)
+                yield enter.key, consumer
+                op = view.nodes[consumer].op
+                inner = depth + (op in LOOP_ENTRY) - (op in LOOP_EXIT)
+                if inner > 0:
+                    stack.append((consumer, inner))
+
+
+# -- moving each linked group to one stream ------------------------------------------------------
+def share_streams(view, partition, links, fallback=()):
+    """Give every member of each linked group one stream: the one most of its consumers got."""
+    merges = []
+    for members, kinds in links.groups():
+        real = [k for k in members if not view.nodes[k].virtual]
+        assigned = {k: partition[k] for k in real if k in partition}
+        if not assigned:
+            continue
+        stream = _vote(view, members, assigned, fallback)
+        if stream == 0 and all(s == 0 for s in assigned.values()):
+            continue  # nothing leaves stream 0; unassigned members keep their device
+        moved = sorted(k for k in real if partition.get(k, 0) != stream)
+        for key in real:
+            partition[key] = stream
+        if moved:
+            merges.append({"constraint": "+".join(sorted(kinds)), "stream": stream, "moved": moved,
+                           "group_size": len(real), "reason": _reason(kinds)})
+    return merges
+
+
+def _vote(view, members, assigned, fallback):
+    """The stream of the group: most votes among its consumers, smallest id on a tie."""
+    member_set = set(members)
+    pools = [
+        [k for k in assigned if k not in fallback and _consumes_for_model(view, k, member_set)],
+        [k for k in assigned if k not in fallback and view.nodes[k].op not in RESOURCE_PRODUCERS | BOOKKEEPING_OPS],
+        [k for k in assigned if k not in fallback],
+        list(assigned),
+    ]
+    voters = next(pool for pool in pools if pool)
+    counts = Counter(assigned[k] for k in voters)
+    best = max(counts.values())
+    return min(s for s, c in counts.items() if c == best)
+
+
+def _consumes_for_model(view, key, members):
+    """A member whose results leave the group (a lookup or a read the model uses)."""
+    node = view.nodes[key]
+    if node.op in RESOURCE_PRODUCERS or node.op in BOOKKEEPING_OPS:
+        return False
+    return any(out not in members and not is_host_only(view.nodes[out]) for out in node.outputs
+               if not view.nodes[out].virtual)
+
+
+def _reason(kinds):
+    text = {"colocation": "colocation group (_class loc:@)", "resource": "resource/reference and its consumers",
+            "frame": "TF1 control-flow frame"}
+    return "; ".join(text[k] for k in sorted(kinds))
+
+
+class _UnionFind:
+    def __init__(self):
+        self.parent = {}
+        self.kinds = defaultdict(set)
+
+    def find(self, key):
+        self.parent.setdefault(key, key)
+        root = key
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[key] != root:
+            self.parent[key], key = root, self.parent[key]
+        return root
+
+    def union(self, a, b, kind):
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+            self.kinds[ra] |= self.kinds.pop(rb, set())
+        self.kinds[ra].add(kind)
+
+    def groups(self):
+        members = defaultdict(list)
+        for key in self.parent:
+            members[self.find(key)].append(key)
+        return [(keys, self.kinds[root]) for root, keys in members.items()]
+
+
+# -- Const copies per consuming stream (DeepRec's constant duplication) -------------------------
+def const_copies(view, partition):
+    """{Const key: [streams]}: the other streams that consume a Const and get their own copy.
+
+    Consts in a colocation group or under control dependencies stay single.
+    """
+    copies = {}
+    for node in view.real_nodes():
+        if node.op != "Const" or node.control_inputs or "_class" in node.proto.attr or is_host_only(node):
+            continue
+        own = partition.get(node.key, 0)
+        wanted = sorted({partition[c] for c in node.outputs
+                         if c in partition and partition[c] != own and any(s == node.key for s, _ in view.nodes[c].inputs)})
+        if wanted:
+            copies[node.key] = wanted
+    return copies

@@ -39,14 +39,73 @@ def device_name(device_type, stream):
     return f"/device:{device_type.upper()}:{stream}"
 
 
-def rewrite_meta_graph(meta_graph, partition, placement="attr", device_type="gpu"):
-    """A copy of ``meta_graph`` carrying the partition; nodes outside it lose any _stream_id."""
+def rewrite_meta_graph(meta_graph, partition, placement="attr", device_type="gpu", const_copies=None):
+    """A copy of ``meta_graph`` carrying the partition; nodes outside it lose any _stream_id.
+
+    ``const_copies`` ({Const key: [streams]}, from constraints.const_copies) adds one copy of
+    each listed Const per stream, consumed by that stream's nodes instead of the original.
+    """
     out = protos.MetaGraphDef.FromString(meta_graph.SerializeToString())
     graph = out.graph_def
     _assign(graph.node, MAIN, partition, placement, device_type)
     for fdef in graph.library.function:
         _assign(fdef.node_def, fdef.signature.name, partition, placement, device_type)
+    if const_copies:
+        _copy_consts(graph, partition, const_copies, placement, device_type)
+    if placement == "device":
+        _place_captured_variables(out, partition, device_type)
     return out
+
+
+def copy_name(name, stream):
+    return f"{name}/_ms_copy_{stream}"
+
+
+def _copy_consts(graph, partition, copies, placement, device_type):
+    bodies = [(MAIN, graph.node)] + [(f.signature.name, f.node_def) for f in graph.library.function]
+    for function, node_defs in bodies:
+        wanted = {nd.name: copies[node_key(function, nd.name)] for nd in node_defs if node_key(function, nd.name) in copies}
+        if not wanted:
+            continue
+        originals = {nd.name: protos.NodeDef.FromString(nd.SerializeToString()) for nd in node_defs if nd.name in wanted}
+        for consumer in node_defs:
+            stream = partition.get(node_key(function, consumer.name))
+            for i, ref in enumerate(consumer.input):
+                source = ref.split(":")[0]
+                if stream in wanted.get(source, ()):
+                    consumer.input[i] = copy_name(source, stream) + ref[len(source):]
+        for name, streams in wanted.items():
+            for stream in streams:
+                node = node_defs.add()
+                node.CopyFrom(originals[name])
+                node.name = copy_name(name, stream)
+                node.attr[STREAM_ATTR].i = stream
+                if placement == "device":
+                    node.device = device_name(device_type, stream)
+
+
+def _place_captured_variables(meta, partition, device_type):
+    """TF2: write each captured variable's stream device into the object graph (SavedVariable.device).
+
+    Stock tf.saved_model.load honours it only with LoadOptions(experimental_variable_policy=
+    SAVE_VARIABLE_DEVICES) and soft device placement on; otherwise the variable lands on the
+    default device and TensorFlow silently moves the ops reading it there.
+    """
+    objects = meta.object_graph_def
+    if not objects.nodes:
+        return
+    handles = {nd.name for nd in meta.graph_def.node if nd.op == "VarHandleOp"}
+    for nd in meta.graph_def.node:
+        function = nd.attr["f"].func.name if "f" in nd.attr else nd.op
+        if function not in objects.concrete_functions:
+            continue
+        bound = objects.concrete_functions[function].bound_inputs  # object ids of the captured inputs, in order
+        data = [ref for ref in nd.input if not ref.startswith("^")]
+        for ref, object_id in zip(data[len(data) - len(bound):], bound):
+            source = ref.split(":")[0]
+            target = objects.nodes[object_id]
+            if source in handles and source in partition and target.WhichOneof("kind") == "variable":
+                target.variable.device = device_name(device_type, partition[source])
 
 
 def _assign(node_defs, function, partition, placement, device_type):
@@ -61,11 +120,11 @@ def _assign(node_defs, function, partition, placement, device_type):
             nd.device = device_name(device_type, stream)
 
 
-def write(model, partition, out, placement="attr", device_type="gpu", force=False):
+def write(model, partition, out, placement="attr", device_type="gpu", force=False, const_copies=None):
     """Write ``model`` with ``partition`` applied to ``out``; returns the path written."""
     out = Path(out)
     check_output(model, out, force)
-    meta = rewrite_meta_graph(model.meta_graph, partition, placement, device_type)
+    meta = rewrite_meta_graph(model.meta_graph, partition, placement, device_type, const_copies)
     if model.format == "saved_model":
         saved = protos.SavedModel()
         saved.CopyFrom(model.saved_model)
