@@ -20,6 +20,8 @@ CALL_OPS = {"PartitionedCall", "StatefulPartitionedCall"}
 BOOKKEEPING_OPS = {"VarHandleOp"}  # TF2 main graph: variable handles fed to the signature's call
 PLUMBING_OPS = {"Identity", "NoOp"}  # at the top of a function body: its outputs and automatic control dependencies
 RETURNS_SCOPE = "(returns)"  # the scope they are folded into
+INPUTS_SCOPE = "(inputs)"  # top-level placeholders, when there are more than GROUPED_INPUTS
+GROUPED_INPUTS = 4
 MAX_MEMBERS = 40  # an open scope with more members than this is cut into stages
 STAGE_TARGET = 18  # about this many stages per cut scope
 # ColorBrewer Set3, then golden-ratio hues.
@@ -37,12 +39,24 @@ def stream_color(stream):
 
 # -- 1. the ops a signature runs ---------------------------------------------------------------
 class Op:
-    __slots__ = ("key", "path", "op")
+    __slots__ = ("key", "path", "op", "callers")
 
-    def __init__(self, key, path, op):
+    def __init__(self, key, path, op, callers):
         self.key = key  # node key in the graph view (several Ops share a key when a function is called twice)
         self.path = path  # scope names, then the op's own name
         self.op = op
+        self.callers = callers  # keys of the call nodes this op's body was inlined for, outermost first
+
+
+def op_streams(ops, partition):
+    """Each op's stream: its own entry, else its innermost caller's, else 0 (as the simulator and TensorFlow place it)."""
+    streams = []
+    for op in ops:
+        stream = partition.get(op.key)
+        if stream is None:
+            stream = next((partition[c] for c in reversed(op.callers) if c in partition), 0)
+        streams.append(stream)
+    return streams
 
 
 def signature_ops(model, view, signature=None):
@@ -67,7 +81,11 @@ def signature_ops(model, view, signature=None):
         if model.is_tf2:
             keep = {k for k in keep if view.nodes[k].op not in BOOKKEEPING_OPS}
     flat = _Flattener(view)
-    flat.body(MAIN, (), keep, [])
+    flat.body(MAIN, (), keep, [], ())
+    inputs = [op for op in flat.ops if op.op == "Placeholder" and len(op.path) == 1]
+    if len(inputs) > GROUPED_INPUTS:
+        for op in inputs:
+            op.path = (INPUTS_SCOPE,) + op.path
     return flat.ops, flat.edges, name
 
 
@@ -96,7 +114,7 @@ class _Flattener:
                 self.members[node.function].append(node)
         self.active = set()  # functions being inlined (guards against recursion)
 
-    def body(self, function, prefix, keep, arg_sources):
+    def body(self, function, prefix, keep, arg_sources, callers):
         """Add one graph's ops under scope ``prefix``; return the producers of each of its outputs."""
         view = self.view
         nodes = [n for n in self.members[function] if keep is None or n.key in keep]
@@ -111,19 +129,20 @@ class _Flattener:
             if callee is not None and callee not in self.active:
                 sources = [self._resolve(produced, src, port) for src, port in node.inputs]
                 scope = tuple(node.scope.split("/")) if node.scope else ()
-                produced[node.key] = ("call", self.body(callee, prefix + scope, None, sources), callee)
+                produced[node.key] = ("call", self.body(callee, prefix + scope, None, sources, callers + (node.key,)), callee)
                 continue
             index = len(self.ops)
             path = tuple(node.name.split("/"))
             if function != MAIN and len(path) == 1 and node.op in PLUMBING_OPS:
                 path = (RETURNS_SCOPE,) + path
-            self.ops.append(Op(node.key, prefix + path, node.op))
+            self.ops.append(Op(node.key, prefix + path, node.op, callers))
             produced[node.key] = [index]
             placed.append((node, index))
             for branch in node.calls:  # functional control flow (If, While, Case ...): bodies inside the node
                 if branch not in self.active:
                     nargs = len(view.functions[branch].args)
-                    self.body(branch, prefix + tuple(node.name.split("/")) + (branch,), None, [[index]] * nargs)
+                    self.body(branch, prefix + tuple(node.name.split("/")) + (branch,), None, [[index]] * nargs,
+                              callers + (node.key,))
         for node, index in placed:
             for src, port in node.inputs:
                 self.edges.extend((s, index, False) for s in self._resolve(produced, src, port))
@@ -227,7 +246,7 @@ class Box:
 
 def fold(ops, edges, partition, depth=1, expand=()):
     """(root box, stream of each op): the scope tree of ``ops`` opened to ``depth`` levels and along ``expand``."""
-    streams = [partition.get(op.key, 0) for op in ops]
+    streams = op_streams(ops, partition)
     scopes = {op.path[:i] for op in ops for i in range(1, len(op.path))}
     root = Box("", ())
     for index, op in enumerate(ops):
@@ -306,14 +325,18 @@ def _cut_into_stages(box, ops, edges, streams):
             crossing[last] -= 1
     for p in range(1, n):
         crossing[p] += crossing[p - 1]
-    size = max(2, math.ceil(n / STAGE_TARGET))
+    weight = [members[m].size if isinstance(members[m], Box) else 1 for m in order]
+    before = [0] * (n + 1)  # ops in the first p members
+    for p in range(n):
+        before[p + 1] = before[p] + weight[p]
+    target = max(2.0, before[n] / STAGE_TARGET)
     runs, start = [], 0
     while start < n:
-        if n - start <= size * 3 // 2:
-            end = n - 1
+        window = [e for e in range(start, n - 1) if target / 2 <= before[e + 1] - before[start] <= target * 2]
+        if before[n] - before[start] <= target * 1.5 or not window:
+            end = n - 1 if before[n] - before[start] <= target * 1.5 else _first_reaching(before, start, target)
         else:
-            lo, hi = start + max(1, size // 2) - 1, min(n - 2, start + 2 * size - 1)
-            end = min(range(lo, hi + 1), key=lambda e: (crossing[e], abs(e - start + 1 - size)))
+            end = min(window, key=lambda e: (crossing[e], abs(before[e + 1] - before[start] - target)))
         runs.append((start, end))
         start = end + 1
     box.children, box.ops = {}, []
@@ -331,6 +354,14 @@ def _cut_into_stages(box, ops, edges, streams):
                 stage.size += 1
                 stage.streams[streams[c]] += 1
         box.children[f"stage {number}"] = stage
+
+
+def _first_reaching(before, start, target):
+    """The last member of the shortest run from ``start`` holding at least ``target`` ops."""
+    end = start
+    while end + 1 < len(before) - 1 and before[end + 1] - before[start] < target:
+        end += 1
+    return end
 
 
 def _member_order(n, succ, first):

@@ -1,0 +1,182 @@
+"""The visualize command: a partition drawn as a folded scope graph (SVG, PNG, PDF, DOT) or a self-contained HTML report."""
+import os
+import time
+from pathlib import Path
+
+import click
+
+from msopt.cli import JSON, MODEL, TAGS, open_model, print_json, progress, write_json
+from msopt.errors import InputError
+
+FORMATS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot", ".html": "html", ".htm": "html"}
+INSTALL_DOT = "install graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; conda: conda install graphviz)"
+
+
+@click.command()
+@MODEL
+@click.option("-o", "--output", default=None,
+              help="Picture or report to write: .svg .png .pdf .dot or .html (default: <model name>.svg here).")
+@click.option("--streams", "-n", type=click.IntRange(1, 1024), default=None,
+              help="Number of streams (default: what the model's _stream_id attributes use; 4 with --policy or --rules).")
+@click.option("--policy", default=None, help="Partition on the fly with this rule (default: none, the model's own _stream_id).")
+@click.option("--rules", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Partition on the fly with the manual rules in this file.")
+@click.option("--depth", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Name-scope levels drawn open; deeper scopes fold into boxes.")
+@click.option("--expand", multiple=True, metavar="SCOPE",
+              help="Also open this scope (and the scopes around it); repeat for several.")
+@click.option("--signature", default=None, help="Signature to draw (default: serving_default, else the first).")
+@click.option("--timeline", type=click.Path(dir_okay=False), default=None,
+              help="Also write the simulated schedule as Chrome trace-event JSON (open in Perfetto or chrome://tracing).")
+@TAGS
+@JSON
+def visualize(model, output, streams, policy, rules, depth, expand, signature, timeline, tags, as_json):
+    """Draw which stream each op of MODEL runs on, folded by name scope so that big models stay readable.
+
+    Draws the computation of one signature: TF2 function calls are opened (a called body
+    appears under the call's scope), variable bookkeeping is left out. Name scopes fold into
+    boxes coloured by stream (striped when a scope spans several, with its shares), edges
+    between boxes are bundled with counts, and edges that cross streams are red and dashed.
+    A scope with too many members is cut into stages along the data flow. The legend gives
+    each stream's colour, op count and share of the simulated time.
+
+    Pictures (.svg .png .pdf) need graphviz's `dot`; without it the .dot file is written and
+    the command says how to render it. An .html report is one offline file with the picture,
+    the stream table, the simulated speedup and bound, and a Gantt chart of the schedule.
+
+    \b
+    Example:
+      msopt visualize sample_models/linreg_tf1 -o linreg.svg
+      msopt visualize sample_models/towers_tf2 --streams 2 --policy towers -o towers.html
+      msopt visualize model_dir --expand NASNet --depth 2 -o nasnet.svg --timeline plan.json
+    """
+    from msopt import report_html
+    from msopt import visualize as draw
+    from msopt.rules import PartitionOptions, make_plan
+
+    started = time.perf_counter()
+    out = Path(output) if output else Path(f"{Path(model.rstrip('/')).stem or 'model'}.svg")
+    fmt = FORMATS.get(out.suffix.lower())
+    if fmt is None:
+        raise InputError(f"{out}: unknown picture format '{out.suffix}'; use one of: {', '.join(sorted(set(FORMATS)))}")
+    if not out.parent.resolve().is_dir():
+        raise InputError(f"{out}: parent directory does not exist")
+    progress(f"loading {model}")
+    loaded, view = open_model(model, tags)
+    ops, edges, sig = draw.signature_ops(loaded, view, signature)
+    policy, streams, options = _plan_options(view, policy, rules, streams, PartitionOptions)
+    cost_model = _cost_model(view, loaded, sig)
+    if cost_model is not None:
+        options.extra.update({"model": loaded, "cost_model": cost_model})
+    progress(f"partitioning with policy {policy} on {streams} streams")
+    plan, _ = make_plan(policy, view, options)
+    simulation = _simulate(view, plan, streams, cost_model)
+    root, op_streams = draw.fold(ops, edges, plan, depth, expand)
+    busy = dict(enumerate(simulation.report()["stream_busy_ms"])) if simulation else None
+    rows = draw.legend_rows(op_streams, streams, busy)
+    share_of = "est. time" if simulation else "share of ops"
+    cross = sum(1 for s, d, _ in edges if op_streams[s] != op_streams[d])
+    title = (f"{Path(model.rstrip('/')).name}: signature {sig or '(whole graph)'}, policy {policy}, {streams} streams, "
+             f"{len(ops)} ops, {cross} cross-stream edges")
+    if simulation:
+        report = simulation.report()
+        title += f", simulated {report['speedup']:.2f}x (bound {report['lower_bound_ms']:.3g} ms)"
+    dot_text = draw.to_dot(ops, edges, root, op_streams, rows, title, share_of)
+    written, notes = _write(out, fmt, dot_text, draw, report_html, title, rows, share_of, simulation, options.notes)
+    if timeline:
+        _write_timeline(timeline, simulation)
+    document = {
+        "model": model, "signature": sig, "policy": policy, "streams": streams, "output": str(written),
+        "format": fmt if written == out else "dot", "ops_shown": len(ops), "cross_stream_edges": cross,
+        "boxes": dot_text.count("\n  b") + dot_text.count("\n    b"), "legend": rows,
+        "simulation": simulation.report() if simulation else None, "timeline": timeline, "notes": notes,
+        "elapsed_s": round(time.perf_counter() - started, 3),
+    }
+    for note in notes:
+        click.echo(f"msopt: {note}", err=True)
+    if as_json:
+        print_json(document)
+    else:
+        click.echo(f"wrote {written} ({len(ops)} ops of signature {sig or '(whole graph)'}, {streams} streams, "
+                   f"{document['elapsed_s']} s)")
+
+
+def _plan_options(view, policy, rules, streams, options_type):
+    """(policy, streams, PartitionOptions): the model's own streams unless a rule is asked for."""
+    from msopt.rules import POLICIES
+
+    if rules and policy and policy != "manual":
+        raise InputError("give either --policy or --rules, not both")
+    extra = {}
+    if rules:
+        if "manual" not in POLICIES:
+            raise InputError("--rules needs the manual policy, which this installation lacks")
+        policy, extra = "manual", {"rules": rules}
+    policy = policy or "none"
+    if streams is None:
+        existing = [n.stream for n in view.real_nodes() if n.stream is not None]
+        streams = max(existing) + 1 if policy == "none" and existing else (1 if policy == "none" else 4)
+    return policy, streams, options_type(streams=streams, extra=extra)
+
+
+def _cost_model(view, loaded, signature):
+    try:
+        from msopt.cost import CostModel
+    except ImportError:
+        return None
+    try:
+        return CostModel(view, loaded, signature=signature)
+    except Exception as e:  # the picture does not need the simulation: say why it is missing
+        click.echo(f"msopt: note: no simulation ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                   "the legend shows shares of ops", err=True)
+        return None
+
+
+def _simulate(view, plan, streams, cost_model):
+    if cost_model is None:
+        return None
+    from msopt.simulate import simulate
+
+    return simulate(view, plan, streams, cost_model)
+
+
+def _write(out, fmt, dot_text, draw, report_html, title, rows, share_of, simulation, rule_notes):
+    """Write the picture or report; returns (path written, notes for the user)."""
+    notes = list(rule_notes)
+    if fmt == "dot":
+        _write_text(out, dot_text)
+        return out, notes
+    try:
+        if fmt != "html":
+            draw.render(dot_text, fmt, str(out))
+            return out, notes
+        svg = draw.render(dot_text, "svg")
+    except draw.DotMissing:
+        dot_path = out.with_suffix(".dot")
+        _write_text(dot_path, dot_text)
+        notes.append(f"graphviz 'dot' not found: wrote {dot_path}; {INSTALL_DOT}, then: dot -Tsvg {dot_path} -o {out.with_suffix('.svg')}")
+        if fmt != "html":
+            return dot_path, notes
+        svg = None
+    events = simulation.events() if simulation else None
+    waits = simulation.waits if simulation else None
+    _write_text(out, report_html.build(title, svg, rows, share_of, simulation.report() if simulation else None,
+                                       events, waits, notes=rule_notes))
+    return out, notes
+
+
+def _write_timeline(path, simulation):
+    if simulation is None:
+        raise InputError("--timeline needs the simulator, which could not model this model (see the note above)")
+    try:
+        from msopt.timeline import chrome_trace
+    except ImportError:
+        raise InputError("--timeline needs msopt.timeline, which this installation lacks") from None
+    write_json(path, chrome_trace(simulation))
+
+
+def _write_text(path, text):
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
