@@ -1,4 +1,5 @@
 """What a model holds: format, tag sets, signatures, sizes, op types, streams and devices present."""
+import re
 from collections import Counter
 
 from msopt.graph import MAIN
@@ -11,12 +12,17 @@ def tensor_spec(info):
     return {"name": info.name or info.WhichOneof("encoding"), "dtype": DTYPE_NAMES.get(info.dtype, str(info.dtype)), "shape": shape}
 
 
+def natural_key(text):
+    """Sort C2 before C10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
 def signatures(model):
     return {
         name: {
             "method": sig.method_name,
-            "inputs": {k: tensor_spec(v) for k, v in sorted(sig.inputs.items())},
-            "outputs": {k: tensor_spec(v) for k, v in sorted(sig.outputs.items())},
+            "inputs": {k: tensor_spec(sig.inputs[k]) for k in sorted(sig.inputs, key=natural_key)},
+            "outputs": {k: tensor_spec(sig.outputs[k]) for k in sorted(sig.outputs, key=natural_key)},
         }
         for name, sig in sorted(model.signatures.items())
     }
