@@ -28,6 +28,7 @@ STAGE_TARGET = 18  # about this many stages per cut scope
 PALETTE = ["#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462",
            "#b3de69", "#fccde5", "#d9d9d9", "#bc80bd", "#ccebc5", "#ffed6f"]
 CROSS_COLOR = "#d62728"
+BAR_WIDTH = 120  # points: the bar of stream shares under a box's label
 
 
 def stream_color(stream):
@@ -462,17 +463,21 @@ def to_dot(ops, edges, root, streams, rows, title, share_of="est. time"):
 
 
 def _box_attrs(box, size):
+    """A closed box: filled with its main stream's colour; a box over several streams gets a bar of its shares."""
     shares = sorted(box.streams.items(), key=lambda kv: (-kv[1], kv[0]))
-    if len(shares) == 1:
-        detail = f"stream {shares[0][0]}"
-        fill = f'style="rounded,filled", fillcolor="{stream_color(shares[0][0])}"'
-    else:
-        detail = "  ".join(f"s{s} {n / size:.0%}" for s, n in shares[:4]) + ("  …" if len(shares) > 4 else "")
-        stripes = ":".join(f"{stream_color(s)};{math.floor(n / size * 1000) / 1000:.3f}" for s, n in sorted(box.streams.items()))
-        fill = f'style="striped", fillcolor="{stripes}"'
-    label = f"{_short(box.name)}\n{size} ops · {detail}"
     classes = " ".join(f"stream{s}" for s in sorted(box.streams))
-    return f'label="{_esc(label)}", {fill}, class="{classes}", tooltip="{_esc("/".join(box.path) or box.name)}"'
+    common = f'style="rounded,filled", fillcolor="{stream_color(shares[0][0])}", class="{classes}", ' \
+             f'tooltip="{_esc("/".join(box.path) or box.name)}"'
+    if len(shares) == 1:
+        return f'label="{_esc(f"{_short(box.name)}{chr(10)}{size} ops · stream {shares[0][0]}")}", {common}'
+    detail = "  ".join(f"s{s} {n / size:.0%}" for s, n in shares[:4]) + ("  …" if len(shares) > 4 else "")
+    bar = "".join(f'<TD BGCOLOR="{stream_color(s)}" WIDTH="{max(1, round(n / size * BAR_WIDTH))}" HEIGHT="7" '
+                  'FIXEDSIZE="TRUE"></TD>' for s, n in sorted(box.streams.items()))
+    label = (f'<<TABLE BORDER="0" CELLSPACING="0" CELLPADDING="1"><TR><TD>{_html(_short(box.name))}</TD></TR>'
+             f'<TR><TD>{size} ops · {_html(detail)}</TD></TR>'
+             f'<TR><TD><TABLE BORDER="1" CELLBORDER="0" CELLSPACING="0" CELLPADDING="0" COLOR="#555555"><TR>{bar}</TR>'
+             '</TABLE></TD></TR></TABLE>>')
+    return f"label={label}, {common}"
 
 
 def _legend_html(rows, share_of):

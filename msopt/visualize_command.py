@@ -7,6 +7,7 @@ import click
 
 from msopt.cli import JSON, MODEL, TAGS, open_model, print_json, progress, write_json
 from msopt.errors import InputError
+from msopt.simulate_cli import BATCH_SIZE, COSTS, TARGET
 
 FORMATS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot", ".html": "html", ".htm": "html"}
 INSTALL_DOT = "install graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; conda: conda install graphviz)"
@@ -26,11 +27,15 @@ INSTALL_DOT = "install graphviz (Debian/Ubuntu: apt-get install graphviz; macOS:
 @click.option("--expand", multiple=True, metavar="SCOPE",
               help="Also open this scope (and the scopes around it); repeat for several.")
 @click.option("--signature", default=None, help="Signature to draw (default: serving_default, else the first).")
+@TARGET
+@BATCH_SIZE
+@COSTS
 @click.option("--timeline", type=click.Path(dir_okay=False), default=None,
               help="Also write the simulated schedule as Chrome trace-event JSON (open in Perfetto or chrome://tracing).")
 @TAGS
 @JSON
-def visualize(model, output, streams, policy, rules, depth, expand, signature, timeline, tags, as_json):
+def visualize(model, output, streams, policy, rules, depth, expand, signature, target, batch_size, costs, timeline,
+              tags, as_json):
     """Draw which stream each op of MODEL runs on, folded by name scope so that big models stay readable.
 
     Draws the computation of one signature: TF2 function calls are opened (a called body
@@ -64,10 +69,12 @@ def visualize(model, output, streams, policy, rules, depth, expand, signature, t
     progress(f"loading {model}")
     loaded, view = open_model(model, tags)
     ops, edges, sig = draw.signature_ops(loaded, view, signature)
-    policy, streams, options = _plan_options(view, policy, rules, streams, PartitionOptions)
-    cost_model = _cost_model(view, loaded, sig)
+    policy, streams = _policy_and_streams(view, policy, rules, streams)
+    cost_model = _cost_model(view, loaded, sig, target, batch_size, costs)
+    extra = {"model": loaded}
     if cost_model is not None:
-        options.extra.update({"model": loaded, "cost_model": cost_model})
+        extra.update({"cost_model": cost_model, "target": cost_model.target.name, "batch_size": cost_model.batch_size})
+    options = PartitionOptions(streams=streams, extra=extra, rules=rules)
     progress(f"partitioning with policy {policy} on {streams} streams")
     plan, _ = make_plan(policy, view, options)
     simulation = _simulate(view, plan, streams, cost_model)
@@ -76,8 +83,8 @@ def visualize(model, output, streams, policy, rules, depth, expand, signature, t
     rows = draw.legend_rows(op_streams, streams, busy)
     share_of = "est. time" if simulation else "share of ops"
     cross = sum(1 for s, d, _ in edges if op_streams[s] != op_streams[d])
-    title = (f"{Path(model.rstrip('/')).name}: signature {sig or '(whole graph)'}, policy {policy}, {streams} streams, "
-             f"{len(ops)} ops, {cross} cross-stream edges")
+    title = (f"{Path(model.rstrip('/')).name}: signature {sig or '(whole graph)'}, policy {policy}, {_count(streams, 'stream')}, "
+             f"{_count(len(ops), 'op')}, {_count(cross, 'cross-stream edge')}")
     if simulation:
         report = simulation.report()
         title += f", simulated {report['speedup']:.2f}x (bound {report['lower_bound_ms']:.3g} ms)"
@@ -97,35 +104,28 @@ def visualize(model, output, streams, policy, rules, depth, expand, signature, t
     if as_json:
         print_json(document)
     else:
-        click.echo(f"wrote {written} ({len(ops)} ops of signature {sig or '(whole graph)'}, {streams} streams, "
-                   f"{document['elapsed_s']} s)")
+        click.echo(f"wrote {written} ({_count(len(ops), 'op')} of signature {sig or '(whole graph)'}, "
+                   f"{_count(streams, 'stream')}, {document['elapsed_s']} s)")
 
 
-def _plan_options(view, policy, rules, streams, options_type):
-    """(policy, streams, PartitionOptions): the model's own streams unless a rule is asked for."""
-    from msopt.rules import POLICIES
-
+def _policy_and_streams(view, policy, rules, streams):
+    """The model's own _stream_id attributes (policy none) unless a rule or a rules file is asked for."""
     if rules and policy and policy != "manual":
-        raise InputError("give either --policy or --rules, not both")
-    extra = {}
-    if rules:
-        if "manual" not in POLICIES:
-            raise InputError("--rules needs the manual policy, which this installation lacks")
-        policy, extra = "manual", {"rules": rules}
-    policy = policy or "none"
+        raise InputError(f"--rules is read by --policy manual, not by --policy {policy}")
+    policy = "manual" if rules else (policy or "none")
     if streams is None:
         existing = [n.stream for n in view.real_nodes() if n.stream is not None]
         streams = max(existing) + 1 if policy == "none" and existing else (1 if policy == "none" else 4)
-    return policy, streams, options_type(streams=streams, extra=extra)
+    return policy, streams
 
 
-def _cost_model(view, loaded, signature):
+def _cost_model(view, loaded, signature, target, batch_size, costs):
+    from msopt.simulate_cli import build_cost_model
+
     try:
-        from msopt.cost import CostModel
-    except ImportError:
-        return None
-    try:
-        return CostModel(view, loaded, signature=signature)
+        return build_cost_model(view, loaded, target, batch_size, costs, signature)
+    except InputError:
+        raise  # the user's --target, --batch-size or --costs
     except Exception as e:  # the picture does not need the simulation: say why it is missing
         click.echo(f"msopt: note: no simulation ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
                    "the legend shows shares of ops", err=True)
@@ -173,6 +173,10 @@ def _write_timeline(path, simulation):
     except ImportError:
         raise InputError("--timeline needs msopt.timeline, which this installation lacks") from None
     write_json(path, chrome_trace(simulation))
+
+
+def _count(n, noun):
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _write_text(path, text):
