@@ -126,6 +126,8 @@ def _run_replicas(model, loaded, signature, inputs_npz, mps, mps_threads, replic
         document = run_replicas(worker_args, replicas, env=daemon.client_env(mps_threads))
         daemon.check_alive()
         document["mps"] = {**daemon.describe(), "active_thread_percentage": mps_threads}
+    if document["device_type"] != "gpu":
+        click.echo("msopt: note: TensorFlow saw no GPU, so the replicas ran on the CPU and MPS had no effect", err=True)
     return document
 
 
@@ -152,8 +154,13 @@ def _worker_args(argv):
 def _run_here(loaded, view, o):
     """One process: place, load, check inputs, compare, measure, trace, stage."""
     from msopt.execute import import_tensorflow
+    from msopt.inspect import signatures
     from msopt.runner import Runner, batch_of, choose_signature, latency_summary, make_records, measure
 
+    specs = signatures(loaded)  # checked before TensorFlow loads, when the model declares signatures
+    if specs:
+        chosen = choose_signature(specs, o["signature"])
+        make_records(specs[chosen]["inputs"], o["batch_size"], 1, o["seed"], o["inputs_npz"])
     progress("loading TensorFlow")
     import_tensorflow()
     runner = Runner(loaded, view, o["streams"], o["device"], o["gpu_memory_fraction"], o["allow_growth"],
