@@ -89,7 +89,8 @@ def visualize(model, output, streams, policy, rules, depth, expand, signature, t
         report = simulation.report()
         title += f", simulated {report['speedup']:.2f}x (bound {report['lower_bound_ms']:.3g} ms)"
     dot_text = draw.to_dot(ops, edges, root, op_streams, rows, title, share_of)
-    written, notes = _write(out, fmt, dot_text, draw, report_html, title, rows, share_of, simulation, options.notes)
+    rule_notes = list(getattr(options, "notes", None) or [])
+    written, notes = _write(out, fmt, dot_text, draw, report_html, title, rows, share_of, simulation, rule_notes)
     if timeline:
         _write_timeline(timeline, simulation)
     document = {
