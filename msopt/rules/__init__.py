@@ -9,6 +9,13 @@ from msopt.errors import InputError
 
 POLICIES = {
     "none": ("msopt.rules.existing", "keep_existing", "keep the _stream_id attributes already on the nodes"),
+    "manual": ("msopt.rules.manual", "manual", "a rules file (--rules): node name regex, scope, op type or function -> stream"),
+    "auto": ("msopt.rules.auto", "auto", "cost-aware schedule over at most N streams, best simulated makespan (default)"),
+    "chains": ("msopt.rules.chains", "chains", "path cover of the graph (Nimble / FULL_GRAPH_PARTITION) folded onto N streams"),
+    "embedding": ("msopt.rules.embedding", "embedding", "each feature's embedding lookup on a stream, balanced by cost"),
+    "towers": ("msopt.rules.towers", "towers", "replicated towers (tower_k, replica_k, identical branches) one per stream"),
+    "stage": ("msopt.rules.stage", "stage", "input/preprocessing subgraph upstream of a boundary on its own stream"),
+    "collective": ("msopt.rules.collective", "collective", "communication ops (NCCL, Collective*, Horovod, Send/Recv) on their own stream"),
 }
 
 
@@ -16,6 +23,11 @@ POLICIES = {
 class PartitionOptions:
     streams: int
     extra: dict = field(default_factory=dict)  # rule-specific options, by name
+    rules: str = None  # manual: path of the rules file
+    override: bool = False  # manual: rules win over existing _stream_id attributes
+    const_dup: bool = True  # copy Const nodes into each consuming stream instead of copying their value
+    fallback: set = field(default_factory=set)  # nodes a rule placed only by default: constraints may move them freely
+    report: dict = field(default_factory=dict)  # entries a rule adds to the partition report (manual: rules matched)
 
 
 def make_plan(name, view, options):

@@ -12,10 +12,15 @@ goes to a stream already idle when it starts (no concurrency lost), else to the 
 frees up first, preferring the stream it shares the most edges with.
 """
 
-from msopt.rules.walk import earliest_times, flatten, vertex_costs
+from msopt.rules.walk import earliest_times, flatten, paused_gc, vertex_costs
 
 
 def chains(view, options):
+    with paused_gc():
+        return _chains(view, options)
+
+
+def _chains(view, options):
     dag = flatten(view)
     cost = vertex_costs(view, dag, options)
     chain_of = path_cover(dag)

@@ -1,0 +1,121 @@
+"""Scale benchmark: planning time and peak memory of policies auto and chains on synthetic layered DAGs.
+
+Each size runs in its own process (so peak memory is that size's alone): build a layered DAG
+(each op reads 1 to 3 ops of the previous layer, now and then one from up to 8 layers back:
+fan-out 2 to 3 on average, branches and joins), build the graph view, then time make_plan.
+Targets (issue 4): 1M nodes in at most 30 s and 4 GB, and time growing near-linearly
+(1M / 100k at most 15x).
+
+    python bench/partition_scale.py                 # 10k, 100k, 1M nodes; auto and chains; 4 streams
+    python bench/partition_scale.py --sizes 10000,100000 --policies chains --json
+"""
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+WIDTH = 64  # ops per layer
+OPS = {1: "Relu", 2: "AddV2", 3: "AddN"}
+
+
+def layered_graph(size, seed=0):
+    """A GraphDef of ``size`` ops in layers of WIDTH, 1 to 3 inputs each from earlier layers."""
+    from msopt import protos
+
+    rng = random.Random(seed)
+    graph = protos.GraphDef()
+    add = graph.node.add
+    for i in range(size):
+        layer = i // WIDTH
+        if layer == 0:
+            add(name=f"n{i}", op="Placeholder")
+            continue
+        fan_in = rng.choice((1, 2, 2, 3))
+        inputs = set()
+        for _ in range(fan_in):
+            back = 1 if layer < 2 or rng.random() < 0.9 else rng.randint(2, min(8, layer))
+            inputs.add((layer - back) * WIDTH + rng.randrange(WIDTH))
+        node = add(name=f"n{i}", op=OPS[len(inputs)])
+        node.input.extend(f"n{j}" for j in sorted(inputs))
+    return graph
+
+
+def peak_rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
+
+
+def measure(size, policy, streams):
+    """In this process: build, view, plan; returns one result row."""
+    from msopt.graph import GraphView
+    from msopt.rules import PartitionOptions, make_plan
+
+    started = time.perf_counter()
+    graph = layered_graph(size)
+    view = GraphView(graph)
+    built = time.perf_counter() - started
+    before = peak_rss_mb()
+    options = PartitionOptions(streams=streams)
+    started = time.perf_counter()
+    plan, _ = make_plan(policy, view, options)
+    elapsed = time.perf_counter() - started
+    return {"nodes": size, "edges": sum(len(n.inputs) for n in view.nodes.values()), "policy": policy,
+            "streams": streams, "plan_s": round(elapsed, 3), "build_s": round(built, 3),
+            "peak_rss_mb": round(peak_rss_mb(), 1), "rss_before_plan_mb": round(before, 1),
+            "streams_used": len(set(plan.values()) | {0}), "notes": options.notes}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--policies", default="auto,chains")
+    parser.add_argument("--streams", type=int, default=4)
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--one", nargs=2, metavar=("SIZE", "POLICY"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(int(args.one[0]), args.one[1], args.streams)))
+        return
+    rows = []
+    for policy in args.policies.split(","):
+        for size in map(int, args.sizes.split(",")):
+            out = subprocess.run([sys.executable, __file__, "--one", str(size), policy, "--streams", str(args.streams)],
+                                 capture_output=True, text=True)
+            if out.returncode != 0:
+                rows.append({"nodes": size, "policy": policy, "error": out.stderr.strip().splitlines()[-1:]})
+            else:
+                rows.append(json.loads(out.stdout))
+            if not args.json:
+                print(json.dumps(rows[-1]), file=sys.stderr)
+    summary = {"rows": rows, "targets": {"1M_plan_s": 30, "1M_peak_gb": 4, "1M_over_100k": 15}, "checks": []}
+    for policy in args.policies.split(","):
+        by_size = {r["nodes"]: r for r in rows if r["policy"] == policy and "plan_s" in r}
+        if 1000000 in by_size:
+            big = by_size[1000000]
+            summary["checks"].append({"policy": policy, "1M_plan_s": big["plan_s"], "met_time": big["plan_s"] <= 30,
+                                      "1M_peak_gb": round(big["peak_rss_mb"] / 1024, 2),
+                                      "met_memory": big["peak_rss_mb"] <= 4096})
+            if 100000 in by_size and by_size[100000]["plan_s"] > 0:
+                ratio = big["plan_s"] / by_size[100000]["plan_s"]
+                summary["checks"][-1].update({"1M_over_100k": round(ratio, 2), "met_growth": ratio <= 15})
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{'policy':8} {'nodes':>8} {'edges':>8} {'plan s':>8} {'peak MB':>8} {'view s':>7}")
+        for r in rows:
+            if "error" in r:
+                print(f"{r['policy']:8} {r['nodes']:>8} error: {r['error']}")
+            else:
+                print(f"{r['policy']:8} {r['nodes']:>8} {r['edges']:>8} {r['plan_s']:>8} {r['peak_rss_mb']:>8} {r['build_s']:>7}")
+        for c in summary["checks"]:
+            print("  ", c)
+
+
+if __name__ == "__main__":
+    main()

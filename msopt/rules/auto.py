@@ -1,0 +1,225 @@
+"""Policy auto (the default): a cost-aware schedule over at most N streams, the best simulated plan among several.
+
+1. The cost model (msopt.cost) flattens one run of the model into op instances with a time,
+   a share of the GPU and output bytes, on the target GPU and batch size of the options.
+2. Its own schedule, for k = 2, 4, ... up to N streams: list scheduling in order of the
+   longest remaining path (HEFT's upward rank), each kernel going to the stream where it
+   would finish first, counting the host's serial kernel launches, the in-order queue of each
+   stream, a sync plus a device-to-device copy for each input produced on another stream, and
+   the GPU as a shared resource (a kernel cannot finish before all work issued so far could
+   have run on the whole GPU, so spreading kernels that already fill the GPU gains nothing).
+3. The other rules' plans (chains, embedding, towers, stage, collective) where they apply.
+4. Every candidate and the one-stream plan are run through the simulator (msopt.simulate);
+   the shortest makespan wins, ties going to fewer streams and fewer cross-stream edges. So
+   auto never plans something slower than one stream, and it says when it used fewer
+   streams than it was given because more did not pay (options.notes).
+"""
+import heapq
+
+from msopt.rules.chains import path_cover
+from msopt.rules.walk import Dag, paused_gc
+
+RULE_CANDIDATES = ("chains", "embedding", "towers", "stage", "collective")
+LARGE = 200_000  # beyond this many op instances, try only the full-width schedule and chains
+
+
+def auto(view, options):
+    with paused_gc():
+        return _auto(view, options)
+
+
+def _auto(view, options):
+    from msopt.constraints import apply
+    from msopt.simulate import simulate
+
+    cost = cost_model(view, options)
+    streams = options.streams
+    single = simulate(view, {}, 1, cost)
+    candidates = [("one stream", {})]
+    large = len(cost) > LARGE
+    if streams > 1 and len(cost):
+        widths = [streams] if large else sorted({min(1 << i, streams) for i in range(1, 11)} | {streams})
+        for k in widths:
+            candidates.append((f"list schedule on {k} streams", schedule(cost, k)))
+            candidates.append((f"chain list schedule on {k} streams", schedule(cost, k, chained=True)))
+        for name in ("chains",) if large else RULE_CANDIDATES:
+            plan = run_rule(name, view, options, cost)
+            if plan:
+                candidates.append((f"policy {name}", plan))
+    scored = []
+    for label, plan in candidates:
+        # Judge each plan as it will run: after the constraints (skipped on very large graphs, for time).
+        placed = plan if large or not plan else apply(view, plan, streams, options)[0]
+        result = single if not placed else simulate(view, placed, streams, cost)
+        used = len(set(result.stream_of)) or 1
+        scored.append((round(result.makespan_us, 6), used, result.syncs, len(scored), label, plan, result))
+    best = min(scored)
+    _, used, _, _, label, plan, result = best
+    report = getattr(options, "report", None)
+    if report is not None:
+        report.setdefault("notes", []).extend(explain(label, used, streams, result, single, scored))
+        report["auto"] = {"chosen": label, "streams_used": used, "candidates": [
+            {"plan": row[4], "makespan_ms": round(row[0] / 1000, 6), "streams_used": row[1], "syncs": row[2]}
+            for row in scored]}
+    return compact(plan)
+
+
+def cost_model(view, options):
+    """The options' cost model (the partition command may pass one in), else one built from the options."""
+    from msopt.cost import DEFAULT_TARGET, CostModel
+
+    given = option(options, "cost_model")
+    if given is not None:
+        return given
+    return CostModel(view, option(options, "model"), target=option(options, "target") or DEFAULT_TARGET,
+                     batch_size=option(options, "batch_size") or 1, costs=option(options, "costs"))
+
+
+def option(options, name):
+    """A setting from a PartitionOptions field, else from its extra dict, else None."""
+    value = getattr(options, name, None)
+    return value if value is not None else (options.extra or {}).get(name)
+
+
+def run_rule(name, view, options, cost):
+    from msopt.rules import PartitionOptions, run_policy
+
+    times = cost.node_times()
+    sub = PartitionOptions(streams=options.streams, extra={**(options.extra or {}), "costs": times})
+    return run_policy(name, view, sub)
+
+
+def schedule(cost, streams, chained=False):
+    """{node key: stream} from list scheduling the cost model's op instances on ``streams`` streams.
+
+    With ``chained``, the ops are first cut into chains (a path cover, as policy chains does)
+    and only a chain's first op chooses a stream; the rest of the chain follows it. Op by op,
+    an early choice that saves a microsecond can pin a whole branch to a busy stream; chains
+    keep branches whole, so the two variants win on different graphs.
+    """
+    t, target = cost.tasks, cost.target
+    n = len(t.key)
+    preds = [list(dict.fromkeys([src for src, _ in t.inputs[i]] + t.control[i])) for i in range(n)]
+    succs = [[] for _ in range(n)]
+    for i, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(i)
+    duration, share, kernel, neutral = cost.duration, cost.share, cost.kernel, cost.neutral
+    chain_of = chain_stream = None
+    if chained:
+        dag = Dag()
+        dag.keys, dag.preds, dag.succs, dag.order = t.key, preds, succs, list(range(n))
+        chain_of = path_cover(dag)
+        chain_stream = {}
+        chain_work = {}
+        for i, c in enumerate(chain_of):
+            chain_work[c] = chain_work.get(c, 0.0) + duration[i] + (target.launch_us if kernel[i] else 0.0)
+        committed = [0.0] * streams  # when each stream would be done with the chains given to it so far
+    sync = target.sync_us + target.copy_latency_us
+    per_byte = 1.0 / (target.copy_gbs * 1e3)  # microseconds per byte
+    out_bytes = [max(b) if b else 0 for b in cost.out_bytes]
+    rank = [0.0] * n
+    for i in range(n - 1, -1, -1):  # tasks are numbered in a topological order
+        best = 0.0
+        for s in succs[i]:
+            if rank[s] > best:
+                best = rank[s]
+        rank[i] = duration[i] + best
+    finish = [0.0] * n
+    stream_of = [0] * n
+    free = [0.0] * streams
+    host = 0.0
+    work = 0.0  # GPU-microseconds issued so far: nothing finishes before work / 1 GPU
+    waiting = [len(ps) for ps in preds]
+    queue = [(-rank[i], i) for i in range(n) if waiting[i] == 0]
+    heapq.heapify(queue)
+    while queue:
+        _, i = heapq.heappop(queue)
+        ps = preds[i]
+        if chained:
+            c = chain_of[i]
+            if c not in chain_stream:  # a chain's first op: the stream that would finish the whole chain first
+                chain_stream[c] = _chain_home(ps, finish, stream_of, neutral, committed, chain_work[c], sync)
+                committed[chain_stream[c]] = max(committed[chain_stream[c]], finish_of(ps, finish)) + chain_work[c]
+            choices = {chain_stream[c]}
+        else:
+            choices = {stream_of[p] for p in ps if not neutral[p]}
+            choices.add(min(range(streams), key=lambda s: (free[s], s)))
+        best = None
+        linked = {stream_of[p] for p in ps}
+        for s in choices:
+            ready = 0.0
+            for p in ps:
+                arrive = finish[p] if neutral[p] or stream_of[p] == s else finish[p] + sync + out_bytes[p] * per_byte
+                if arrive > ready:
+                    ready = arrive
+            launched = max(host, ready) + target.launch_us if kernel[i] else host
+            start = max(free[s], launched) if kernel[i] else ready
+            end = start + duration[i]
+            if kernel[i] and work + duration[i] * share[i] > end:
+                end = work + duration[i] * share[i]
+            rank_key = (end, s not in linked, s)
+            if best is None or rank_key < best[0]:
+                best = (rank_key, s, end, launched)
+        _, s, end, host = best
+        stream_of[i], finish[i] = s, end
+        if kernel[i]:
+            free[s] = end
+            work += duration[i] * share[i]
+        for w in succs[i]:
+            waiting[w] -= 1
+            if waiting[w] == 0:
+                heapq.heappush(queue, (-rank[w], w))
+    plan = {}
+    for i, key in enumerate(t.key):
+        plan.setdefault(key, stream_of[i])
+    return plan
+
+
+def finish_of(preds, finish):
+    return max((finish[p] for p in preds), default=0.0)
+
+
+def _chain_home(preds, finish, stream_of, neutral, committed, work, sync):
+    """The stream on which a chain starting after ``preds`` would end first, given the chains already there."""
+    best = None
+    for s in range(len(committed)):
+        ready = 0.0
+        for p in preds:
+            arrive = finish[p] + (0.0 if neutral[p] or stream_of[p] == s else sync)
+            ready = max(ready, arrive)
+        end = max(committed[s], ready) + work
+        linked = any(stream_of[p] == s for p in preds if not neutral[p])
+        key = (end, not linked, s)
+        if best is None or key < best[0]:
+            best = (key, s)
+    return best[1]
+
+
+def compact(plan):
+    """Renumber streams 0..m-1, the busiest as 0 (where unassigned nodes run)."""
+    if not plan:
+        return {}
+    counts = {}
+    for s in plan.values():
+        counts[s] = counts.get(s, 0) + 1
+    order = sorted(counts, key=lambda s: (-counts[s], s))
+    if 0 in counts and counts[0] == counts[order[0]]:
+        order.remove(0)
+        order.insert(0, 0)
+    new = {s: i for i, s in enumerate(order)}
+    return {key: new[s] for key, s in plan.items()}
+
+
+def explain(label, used, streams, result, single, scored):
+    """One-line notes for the report: what was chosen and why, and when fewer streams were used."""
+    ms = result.makespan_us / 1000
+    one = single.makespan_us / 1000
+    notes = [f"auto chose the {label}: simulated makespan {ms:.4g} ms vs {one:.4g} ms on one stream"
+             f" (speedup {one / ms if ms else 1:.3g}x), {len(scored)} candidates simulated"]
+    if used < streams:
+        widest = min((s for s in scored if s[1] == max(x[1] for x in scored)), default=None)
+        why = "parallelism does not pay on this model" if used == 1 else "more streams did not shorten the simulated makespan"
+        detail = f"; the best plan using {widest[1]} streams simulates {widest[0] / 1000:.4g} ms" if widest and widest[1] > used else ""
+        notes.append(f"auto uses {used} of {streams} streams: {why}{detail}")
+    return notes
