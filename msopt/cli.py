@@ -144,16 +144,24 @@ def default_policy():
 @click.option("--rules", type=click.Path(dir_okay=False), default=None, help="YAML rules file for --policy manual (implies it).")
 @click.option("--override", is_flag=True, help="Rules win over _stream_id attributes already on the nodes.")
 @click.option("--no-const-dup", is_flag=True, help="Do not copy Const nodes into each stream that consumes them.")
+@click.option("--boundary", multiple=True, metavar="TENSOR",
+              help="--policy stage: the stage is everything upstream of these tensors (repeatable; default: found).")
 @TAGS
 @JSON
 def partition(model, streams, policy, placement, device_type, output, force, report, verify, target, batch_size, costs,
-              rules, override, no_const_dup, tags, as_json):
+              rules, override, no_const_dup, boundary, tags, as_json):
     """Assign every op of MODEL to one of N streams and write the rewritten model.
 
     \b
     Policies:
       none   keep the _stream_id attributes already present and check them
       manual a rules file (--rules rules.yaml): regex, scope, op or function -> stream
+      auto   (default) cost-aware schedule, the best simulated plan; may use fewer streams
+      chains path cover of the graph (Nimble, DeepRec FULL_GRAPH_PARTITION) on N streams
+      embedding  each feature's embedding lookup on a stream, balanced by cost
+      towers tower_k / replica_k scopes or identical branches, one per stream
+      stage  input/preprocessing subgraph on its own stream
+      collective NCCL / Collective* / Horovod / Send/Recv ops on their own stream
 
     The report (--report, or stdout with --json) holds streams, nodes_per_stream,
     cross_stream_edges, functions (per-function breakdown), output, elapsed_s, and
@@ -181,7 +189,7 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
     from msopt.simulate_cli import build_cost_model
 
     cost_model = build_cost_model(view, loaded, target, batch_size, costs)
-    options = PartitionOptions(streams=streams, extra={"cost_model": cost_model, "model": loaded}, rules=rules,
+    options = PartitionOptions(streams=streams, extra={"cost_model": cost_model, "model": loaded, "boundary": list(boundary)}, rules=rules,
                                override=override, const_dup=not no_const_dup)
     plan, merges = make_plan(policy, view, options)
     from msopt.constraints import const_copies
@@ -227,6 +235,7 @@ def _partition_text(doc):
     sim = doc["simulated"]
     lines.append(f"  simulated on {sim['target']}: {sim['makespan_ms']:.4g} ms vs {sim['single_stream_ms']:.4g} ms on one stream "
                  f"(speedup {sim['speedup']:.3g}x, ratio to bound {sim['ratio_to_bound']:.3g})")
+    lines.extend(f"  {note}" for note in doc.get("notes", []))
     if "verify" in doc:
         v = doc["verify"]
         state = "identical" if v["ok"] else "DIFFERENT"
