@@ -1,5 +1,6 @@
 """The visualize command: a partition drawn as a folded scope graph (SVG, PNG, PDF, DOT) or a self-contained HTML report."""
 import os
+import re
 import time
 from pathlib import Path
 
@@ -96,7 +97,7 @@ def visualize(model, output, streams, policy, rules, depth, expand, signature, t
     document = {
         "model": model, "signature": sig, "policy": policy, "streams": streams, "output": str(written),
         "format": fmt if written == out else "dot", "ops_shown": len(ops), "cross_stream_edges": cross,
-        "boxes": dot_text.count("\n  b") + dot_text.count("\n    b"), "legend": rows,
+        "drawn": len(re.findall(r"^\s+[bo]\d+ \[", dot_text, re.M)), "legend": rows,
         "simulation": simulation.report() if simulation else None, "timeline": timeline, "notes": notes,
         "elapsed_s": round(time.perf_counter() - started, 3),
     }
