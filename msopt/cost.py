@@ -16,9 +16,11 @@ share the GPU (see msopt.simulate). Ops that launch no kernel (Const, Identity, 
 Reshape, control-flow plumbing, ...) take no time. Measured times from a costs file replace the
 standalone time of the ops they name.
 """
+import gc
 import json
 import math
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from msopt.errors import InputError
@@ -66,7 +68,7 @@ COMPUTE_EFFICIENCY = 0.7  # fraction of peak FLOP/s a tuned cuDNN/cuBLAS kernel 
 MEMORY_EFFICIENCY = 0.8  # fraction of DRAM bandwidth a streaming kernel reaches (typical of STREAM-like copies)
 MIN_KERNEL_US = 2.0  # shortest kernel execution on the device, launch already paid on the host
 THREADS_PER_SM = 2048  # resident threads per SM on Volta, Turing (1024), Ampere and Hopper: CUDA occupancy limit
-GEMM_OUTPUTS_PER_THREAD = 4  # outputs one thread computes in a Conv/MatMul kernel (fitted: README, calibration)
+GEMM_OUTPUTS_PER_THREAD = 1.3  # outputs per thread of a Conv/MatMul kernel: fitted to Inception-v3's 6.51 ms (README)
 ELEMENTWISE_OUTPUTS_PER_THREAD = 4  # outputs per thread of elementwise/reduction kernels (Eigen vectorizes by 4)
 
 DTYPE_BYTES = {"float": 4, "double": 8, "int32": 4, "uint8": 1, "int16": 2, "int8": 1, "string": 16, "complex64": 8,
@@ -102,6 +104,19 @@ OUTPUT_ARGS = {
     "SparseReshape": ("output_indices", "output_shape"), "StringSplit": ("indices", "values", "shape"),
     "StringSplitV2": ("indices", "values", "shape"),
 }
+
+
+@contextmanager
+def gc_paused():
+    """Pause Python's cyclic garbage collector: these passes allocate millions of small acyclic objects,
+    and repeated full collections over a large graph would cost more than the passes themselves."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class Tasks:
@@ -152,6 +167,10 @@ class CostModel:
         self.view = view
         self.target = target
         self.batch_size = batch_size
+        with gc_paused():
+            self._build(view, model, batch_size, costs, signature)
+
+    def _build(self, view, model, batch_size, costs, signature):
         self.signature, roots, feeds = _roots(view, model, signature)
         self.tasks = _flatten(view, roots)
         t = self.tasks
@@ -165,9 +184,11 @@ class CostModel:
         self.neutral = [t.op[i] in NEUTRAL_OPS for i in range(n)]
         self.unknown_shapes = 0
         self.measured = 0
+        self.out_elems = [[_elements(shape, batch_size) for _, shape in outs] for outs in self.shapes]
+        self.out_bytes = [[e * DTYPE_BYTES.get(dtype, 4) for e, (dtype, _) in zip(elems, outs)]
+                          for elems, outs in zip(self.out_elems, self.shapes)]
         for i in range(n):
             self._cost(i, measured)
-        self.out_bytes = [[_bytes(dtype, shape, batch_size) for dtype, shape in outs] for outs in self.shapes]
         self._bound = None
         self._single = None
         self._succ = None
@@ -183,11 +204,19 @@ class CostModel:
                 self.measured += 1
             return
         outs = self.shapes[i]
-        ins = [self.shapes[src][port] if port < len(self.shapes[src]) else ("float", None) for src, port in t.inputs[i]]
-        out_elems = sum(_elements(s, self.batch_size) for _, s in outs)
-        if any(s is None for _, s in outs) or not outs:
+        if not outs or any(shape is None for _, shape in outs):
             self.unknown_shapes += 1
-        flops, bytes_moved = _flops_bytes(op, self.view.nodes[key].proto, ins, outs, self.batch_size)
+        out_elems = sum(self.out_elems[i])
+        ins, in_elems, in_bytes = [], 0, 0
+        for src, port in t.inputs[i]:
+            if port < len(self.shapes[src]):
+                ins.append(self.shapes[src][port])
+                in_elems += self.out_elems[src][port]
+                in_bytes += self.out_bytes[src][port]
+            else:
+                ins.append(("float", None))
+        flops, bytes_moved = _flops_bytes(op, self.view.nodes[key].proto, ins, in_elems, in_bytes, out_elems,
+                                          sum(self.out_bytes[i]), self.batch_size)
         dtype = outs[0][0] if outs else "float"
         if op in GEMM_OPS:
             peak = target.fp16_tflops if dtype in ("half", "bfloat16") else target.gemm_tflops
@@ -305,7 +334,7 @@ def _flatten(view, roots):
             stack.extend(node.control_inputs)
         main = [n for n in main if n.key in needed]
     builder = _Builder(view)
-    builder.instantiate(main, 0, [])
+    builder.instantiate(main, 0)
     return builder.finish()
 
 
@@ -318,18 +347,24 @@ class _Builder:
         self.index = {}  # (instance, key) -> task id, or ("call", instance id) for a call node
         self.raw = []  # per task: (instance, node) to resolve after all tasks exist
         self.exits = {}  # call instance -> tasks its completion means (returns and control returns)
+        self.bodies = {}  # function name -> its real nodes
+        for node in view.nodes.values():
+            if node.function != MAIN and not node.virtual:
+                self.bodies.setdefault(node.function, []).append(node)
+        self.active = []  # functions being expanded (a recursive call runs as one opaque op)
 
-    def instantiate(self, nodes, instance, arg_refs):
+    def instantiate(self, nodes, instance):
         view, t = self.view, self.tasks
         for node in nodes:
             if node.virtual:
                 continue
-            if _is_call(view, node):
+            if _is_call(view, node) and node.calls[0] not in self.active:
                 child = len(t.instances)
                 t.instances.append((node.key, instance))
                 self.index[(instance, node.key)] = ("call", child)
-                fn = view.functions[node.calls[0]]
-                self.instantiate(view.nodes_of(fn.name), child, None)
+                self.active.append(node.calls[0])
+                self.instantiate(self.bodies.get(node.calls[0], ()), child)
+                self.active.pop()
                 self.raw.append(("call", instance, node, child))
                 continue
             self.index[(instance, node.key)] = len(t.key)
@@ -347,21 +382,33 @@ class _Builder:
         for kind, instance, node, target in self.raw:
             if kind == "call":
                 self.call_inputs[target] = (instance, node)
+        index, nodes = self.index, view.nodes
         for kind, instance, node, target in self.raw:
             if kind != "op":
                 continue
+            inputs = t.inputs[target]
             for src, port in node.inputs:
+                found = index.get((instance, src))
+                if found.__class__ is int:  # the common case: a plain op of the same graph or body
+                    src_op = nodes[src].op
+                    if src_op not in BACK_EDGE_OPS:
+                        inputs.append((found, port if port.__class__ is int else _output_index(src_op, port)))
+                    continue
                 ref = self.resolve(instance, src, port)
-                if ref is not None and view.nodes[src].op not in BACK_EDGE_OPS:
-                    t.inputs[target].append(ref)
+                if ref is not None and nodes[src].op not in BACK_EDGE_OPS:
+                    inputs.append(ref)
             for src in node.control_inputs:
                 t.control[target].extend(self.done_tasks(instance, src))
         # Control inputs of a call node hold back the body ops that have no other predecessor.
-        for kind, instance, node, child in self.raw:
-            if kind == "call" and node.control_inputs:
+        held = [(instance, node, child) for kind, instance, node, child in self.raw if kind == "call" and node.control_inputs]
+        if held:
+            by_instance = {}
+            for i, inst in enumerate(t.instance):
+                by_instance.setdefault(inst, []).append(i)
+            for instance, node, child in held:
                 before = [x for src in node.control_inputs for x in self.done_tasks(instance, src)]
-                for i in range(len(t.key)):
-                    if t.instance[i] == child and not t.inputs[i] and not t.control[i]:
+                for i in by_instance.get(child, ()):
+                    if not t.inputs[i] and not t.control[i]:
                         t.control[i].extend(before)
         return _topological(t)
 
@@ -447,8 +494,14 @@ def _topological(t):
     succ = [[] for _ in range(n)]
     pending = [0] * n
     for i in range(n):
-        preds = {src for src, _ in t.inputs[i]} | set(t.control[i])
-        preds.discard(i)
+        inputs, control = t.inputs[i], t.control[i]
+        if len(inputs) + len(control) == 1:
+            preds = [inputs[0][0]] if inputs else control
+        else:
+            preds = {src for src, _ in inputs}
+            preds.update(control)
+        if i in preds:
+            preds = [p for p in preds if p != i]
         pending[i] = len(preds)
         for p in preds:
             succ[p].append(i)
@@ -492,13 +545,13 @@ def _shapes(view, t, feeds, batch_size):
         recorded = _recorded_shapes(proto)
         dtypes = _output_dtypes(proto)
         ins = [result[s][p] if p < len(result[s]) else ("float", None) for s, p in t.inputs[i]]
-        in_protos = [view.nodes[t.key[s]].proto for s, _ in t.inputs[i]]
         if node.function == MAIN and node.name in feeds:
             dtype, shape = feeds[node.name]
             outs = [(dtype, shape)]
         elif recorded is not None and all(s is not None for s in recorded):
             outs = [(dtypes[k] if k < len(dtypes) else (ins[0][0] if ins else "float"), s) for k, s in enumerate(recorded)]
         else:
+            in_protos = [view.nodes[t.key[s]].proto for s, _ in t.inputs[i]]
             outs = _propagate(node.op, proto, ins, dtypes, in_protos)
         result.append(outs)
     return result
@@ -595,9 +648,11 @@ def _const_int(proto):
 
 
 def _broadcast(shapes):
-    known = [s for s in shapes if s is not None]
-    if len(known) != len(shapes) or not known:
+    if not shapes or any(s is None for s in shapes):
         return None
+    if all(s == shapes[0] for s in shapes):
+        return shapes[0]
+    known = shapes
     rank = max(len(s) for s in known)
     out = []
     for k in range(rank):
@@ -646,11 +701,8 @@ def _bytes(dtype, shape, batch_size):
     return _elements(shape, batch_size) * DTYPE_BYTES.get(dtype, 4)
 
 
-def _flops_bytes(op, proto, ins, outs, batch_size):
-    """(floating-point operations, bytes read and written) of one op."""
-    out_elems = sum(_elements(s, batch_size) for _, s in outs)
-    out_bytes = sum(_bytes(d, s, batch_size) for d, s in outs)
-    in_bytes = sum(_bytes(d, s, batch_size) for d, s in ins if d not in ("resource", "variant"))
+def _flops_bytes(op, proto, ins, in_elems, in_bytes, out_elems, out_bytes, batch_size):
+    """(floating-point operations, bytes read and written) of one op; resource and variant inputs count 0 bytes."""
     w = ins[1][1] if len(ins) > 1 else None
     if op in ("Conv2D", "_FusedConv2D", "Conv2DBackpropInput") and w and len(w) == 4:
         return 2.0 * out_elems * w[0] * w[1] * w[2], in_bytes + out_bytes
@@ -661,11 +713,11 @@ def _flops_bytes(op, proto, ins, outs, batch_size):
         k = a[-2] if op in ("MatMul", "_FusedMatMul") and _flag(proto.attr, "transpose_a") else a[-1]
         return 2.0 * out_elems * max(k if k and k > 0 else 1, 1), in_bytes + out_bytes
     if op in ("MaxPool", "AvgPool"):
-        return out_elems * 9.0, in_bytes + out_bytes
+        window = list(proto.attr["ksize"].list.i) if "ksize" in proto.attr else [1, 3, 3, 1]
+        return out_elems * float(math.prod(window)), in_bytes + out_bytes
     if op in GATHER_OPS:  # reads only the rows it gathers
-        index_bytes = sum(_bytes(d, s, batch_size) for d, s in ins[1:2])
+        index_bytes = _bytes(*ins[1], batch_size) if len(ins) > 1 else 0
         return 0.0, 2 * out_bytes + index_bytes
     if op.startswith("FusedBatchNorm"):
         return 5.0 * out_elems, in_bytes + out_bytes
-    return float(max(out_elems, sum(_elements(s, batch_size) for _, s in ins) if ins else 0)), in_bytes + out_bytes
-
+    return float(max(out_elems, in_elems)), in_bytes + out_bytes
