@@ -66,12 +66,10 @@ def build(title, svg, rows, share_of, simulation=None, events=None, waits=None, 
                      f'(plan at {simulation["ratio_to_bound"]:.3g}x the bound)</p>')
     parts.append("<h2>Streams</h2>")
     parts.append(_stream_table(rows, share_of, simulation))
-    if simulation:
-        parts.append("<h2>Simulated figures</h2>")
-        parts.append(_figures(simulation))
     parts.append("<h2>Graph</h2>")
     if svg is not None:
-        parts.append('<p class="note">Boxes are name scopes (striped when spread over several streams), ellipses single ops; '
+        parts.append('<p class="note">Boxes are name scopes (a bar shows the shares of a scope spread over several streams), '
+                     'ellipses single ops; '
                      'red dashed edges cross streams, numbers count the edges bundled. Click a stream above to highlight it. '
                      '<button id="fit" type="button">fit / full size</button></p>')
         parts.append(f'<div class="graph fit">{_inline_svg(svg)}</div>')
@@ -80,6 +78,9 @@ def build(title, svg, rows, share_of, simulation=None, events=None, waits=None, 
     if simulation and events:
         parts.append("<h2>Simulated schedule</h2>")
         parts.append(_gantt(events, waits or [], simulation))
+    if simulation:
+        parts.append("<h2>Simulated figures</h2>")
+        parts.append(_figures(simulation))
     for note in notes:
         parts.append(f'<p class="note">{_e(note)}</p>')
     parts.append(f"<script>{SCRIPT}</script></body></html>")
@@ -117,7 +118,8 @@ def _gantt(events, waits, sim):
     scale = GANTT_WIDTH / span
     left, top = 70, 20
     height = top + streams * LANE_HEIGHT + 30
-    out = [f'<svg class="gantt" xmlns="http://www.w3.org/2000/svg" width="{left + GANTT_WIDTH + 20}" height="{height}" '
+    out = [f'<svg class="gantt" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {left + GANTT_WIDTH + 20} {height}" '
+           f'style="width:100%;max-width:{left + GANTT_WIDTH + 20}px;height:auto" '
            f'font-family="Helvetica,Arial,sans-serif" font-size="11">']
     for s in range(streams):
         y = top + s * LANE_HEIGHT
