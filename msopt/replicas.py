@@ -32,7 +32,7 @@ def wait_for_start(barrier):
         time.sleep(POLL_S / 4)
 
 
-def run_replicas(worker_args, count, env=None, on_ready=None):
+def run_replicas(worker_args, count, env=None):
     """Start ``count`` workers (``msopt run`` + ``worker_args``), release them together, aggregate their reports."""
     with tempfile.TemporaryDirectory(prefix="msopt-replicas-") as barrier:
         barrier = Path(barrier)
@@ -41,24 +41,34 @@ def run_replicas(worker_args, count, env=None, on_ready=None):
             for k in range(count):
                 args = [sys.executable, "-m", "msopt", "run", *worker_args, "--json", "--worker-barrier", str(barrier)]
                 worker_env = {**os.environ, **(env or {}), "MSOPT_REPLICA": str(k)}
-                with open(barrier / f"stderr-{k}", "w") as err:  # a file: a chatty worker never blocks on a pipe
-                    procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True, env=worker_env))
+                # Files, not pipes: a worker never blocks on output nobody reads yet.
+                with open(barrier / f"stdout-{k}", "w") as out, open(barrier / f"stderr-{k}", "w") as err:
+                    procs.append(subprocess.Popen(args, stdout=out, stderr=err, text=True, env=worker_env))
             _wait_ready(procs, barrier)
-            if on_ready is not None:
-                on_ready()
             (barrier / "go").touch()
-            outputs = [p.communicate()[0] for p in procs]
+            _wait_done(procs, barrier)
         finally:
-            for p in procs:
+            for p in procs:  # after a failure: stop the workers still running
                 if p.poll() is None:
                     p.kill()
                     p.wait()
-        reports = []
-        for k, (p, out) in enumerate(zip(procs, outputs)):
-            if p.returncode != 0:
-                _raise_for(k, p.returncode, (barrier / f"stderr-{k}").read_text())
-            reports.append(json.loads(out))
+        reports = [json.loads((barrier / f"stdout-{k}").read_text()) for k in range(count)]
     return aggregate(reports)
+
+
+def _wait_done(procs, barrier):
+    """Wait for every worker; the first one that fails ends the wait (and the run)."""
+    while True:
+        running = False
+        for k, p in enumerate(procs):
+            code = p.poll()
+            if code is None:
+                running = True
+            elif code != 0:
+                _raise_for(k, code, (barrier / f"stderr-{k}").read_text())
+        if not running:
+            return
+        time.sleep(POLL_S)
 
 
 def _wait_ready(procs, barrier):
