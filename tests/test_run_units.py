@@ -1,0 +1,111 @@
+"""The runner's pieces without TensorFlow: the stage pipeline's ordering and blocking, input checks, options."""
+import os
+import random
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import SAMPLES
+from msopt.errors import InputError
+from msopt.graph import GraphView
+from msopt.load import load
+from msopt.run_command import _worker_args
+from msopt.runner import check_input, parse_priorities, set_visible_gpus, streams_in
+from msopt.stage_pipeline import StageFailed, StagePipeline
+from msopt.trace import executed_names
+
+BIN = Path(__file__).resolve().parent / "bin"
+
+
+@pytest.mark.parametrize("threads, capacity", [(1, 1), (4, 2), (3, 8)])
+def test_pipeline_delivers_every_record_once_in_order(threads, capacity):
+    rng = random.Random(threads * 10 + capacity)
+    delays = [rng.random() * 0.004 for _ in range(60)]
+    in_flight, peak = [0], [0]
+    lock = threading.Lock()
+
+    def upstream(i):
+        time.sleep(delays[i])  # records finish out of order when threads > 1
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+        return i * i
+
+    def downstream(item):
+        with lock:
+            in_flight[0] -= 1
+        return item + 1
+
+    got = []
+    stats = StagePipeline(upstream, downstream, threads, capacity).run(60, lambda i, r: got.append((i, r)))
+    assert got == [(i, i * i + 1) for i in range(60)]
+    assert stats["records"] == 60 and stats["peak_buffered"] <= capacity and peak[0] <= capacity
+
+
+def test_a_slow_consumer_blocks_the_producers_and_a_slow_producer_blocks_the_consumer():
+    slow_down = StagePipeline(lambda i: i, lambda x: time.sleep(0.01), threads=2, capacity=1).run(10)
+    assert slow_down["upstream_blocked_s"] > 0.05 and slow_down["downstream_blocked_s"] < 0.05
+    slow_up = StagePipeline(lambda i: time.sleep(0.01), lambda x: x, threads=1, capacity=4).run(10)
+    assert slow_up["downstream_blocked_s"] > 0.05
+
+
+def test_an_upstream_failure_names_its_record_and_stops_the_pipeline():
+    def upstream(i):
+        if i == 5:
+            raise ValueError("bad record")
+        return i
+
+    seen = []
+    with pytest.raises(StageFailed, match="record 5: bad record"):
+        StagePipeline(upstream, lambda x: x, threads=2, capacity=2).run(20, lambda i, r: seen.append(i))
+    assert seen == list(range(5))
+
+
+def test_check_input_names_the_input_the_expected_and_the_given():
+    spec = {"dtype": "int64", "shape": [None, 3]}
+    assert check_input("ids", spec, np.zeros((2, 3), np.int64)).shape == (2, 3)
+    with pytest.raises(InputError, match=r"input 'ids': expected dtype int64, given int32"):
+        check_input("ids", spec, np.zeros((2, 3), np.int32))
+    with pytest.raises(InputError, match=r"input 'ids': expected shape \[\?, 3\], given \[2\]"):
+        check_input("ids", spec, np.zeros((2,), np.int64))
+    lines = check_input("lines", {"dtype": "string", "shape": [None]}, np.array(["a,b", "c"]))
+    assert lines.dtype == object and list(lines) == [b"a,b", b"c"]
+
+
+def test_priorities_and_visible_gpus(monkeypatch):
+    assert parse_priorities("-1", 3) == [-1, -1, -1] and parse_priorities("-1,0", 2) == [-1, 0]
+    with pytest.raises(InputError, match="3 priorities for 2 streams"):
+        parse_priorities("0,0,0", 2)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    set_visible_gpus("0, 2")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,2"
+    with pytest.raises(InputError, match="GPU indices"):
+        set_visible_gpus("first")
+
+
+def test_gpu_memory_from_nvidia_smi(monkeypatch):
+    from msopt.mps import gpu_memory_mb, list_gpus
+
+    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert gpu_memory_mb(1) == [16384] and list_gpus()[0].startswith("GPU 0: Stand-in")
+    with pytest.raises(InputError, match="memory for 1 GPU"):
+        gpu_memory_mb(2)
+
+
+def test_worker_arguments_drop_what_only_the_parent_does():
+    argv = ["msopt", "run", "m", "--mps", "--replicas", "3", "--mps-threads=20", "-k", "5", "--json", "--device", "cpu"]
+    assert _worker_args(argv) == ["m", "-k", "5", "--device", "cpu"]
+
+
+def test_executed_names_follow_function_calls():
+    view = GraphView(load(SAMPLES / "linreg_tf2").graph_def)
+    names = executed_names(view)
+    wrapper = view.nodes["StatefulPartitionedCall"].calls[0]
+    serve = view.nodes[f"{wrapper}:StatefulPartitionedCall"].calls[0]  # the body the signature really calls
+    assert names["StatefulPartitionedCall/StatefulPartitionedCall/MatMul_1"] == f"{serve}:MatMul_1"
+    assert names["weight_x"] == "weight_x"
+    assert streams_in(view) == 2
