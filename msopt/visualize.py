@@ -162,7 +162,8 @@ class _Flattener:
         if node.op in self.view.functions:
             return node.op
         if node.op in CALL_OPS and node.calls:
-            return node.proto.attr["f"].func.name if "f" in node.proto.attr else node.calls[0]
+            name = node.proto.attr["f"].func.name if "f" in node.proto.attr else node.calls[0]
+            return name if name in self.view.functions else None
         return None
 
     def _resolve(self, produced, src, port):

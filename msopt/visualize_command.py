@@ -14,7 +14,16 @@ FORMATS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "d
 INSTALL_DOT = "install graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; conda: conda install graphviz)"
 
 
-@click.command()
+EXAMPLE = """\b
+Example:
+  msopt visualize sample_models/linreg_tf1 -o linreg.svg
+  msopt visualize sample_models/towers_tf2 --streams 2 --policy towers -o towers.html \\
+      --timeline towers_trace.json
+  msopt visualize sample_models/deepfm_tf1 --policy embedding --expand input_layer -o deepfm.png
+"""
+
+
+@click.command(epilog=EXAMPLE)
 @MODEL
 @click.option("-o", "--output", default=None,
               help="Picture or report to write: .svg .png .pdf .dot or .html (default: <model name>.svg here).")
@@ -49,12 +58,6 @@ def visualize(model, output, streams, policy, rules, depth, expand, signature, t
     Pictures (.svg .png .pdf) need graphviz's `dot`; without it the .dot file is written and
     the command says how to render it. An .html report is one offline file with the picture,
     the stream table, the simulated speedup and bound, and a Gantt chart of the schedule.
-
-    \b
-    Example:
-      msopt visualize sample_models/linreg_tf1 -o linreg.svg
-      msopt visualize sample_models/towers_tf2 --streams 2 --policy towers -o towers.html
-      msopt visualize model_dir --expand NASNet --depth 2 -o nasnet.svg --timeline plan.json
     """
     from msopt import report_html
     from msopt import visualize as draw

@@ -257,3 +257,29 @@ def test_html_report_loads_in_chromium_without_console_errors(tmp_path, name, ar
         assert f'data-stream="{k}"' in legend and f"stream {k}<" in legend
     assert dom.count("<svg") >= 2  # the graph picture and the Gantt chart
     assert 'class="gantt"' in dom and "speedup" in dom
+
+
+@needs_dot
+def test_rules_file_partitions_on_the_fly(tmp_path):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules:\n  - scope: \"tower_1/\"\n    stream: 1\n")
+    out = tmp_path / "towers.svg"
+    result = run_msopt("visualize", SAMPLES / "towers_tf1", "--rules", rules, "--streams", "2", "-o", out, "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["policy"] == "manual"
+    boxes = {}
+    for g in ET.parse(out).getroot().iter(f"{SVG}g"):
+        texts = [t.text for t in g.iter(f"{SVG}text")]
+        if texts and g.get("class", "").startswith("node"):
+            boxes[texts[0]] = g.get("class")
+    assert boxes["tower_1"] == "node stream1"
+    assert boxes["tower_0"].startswith("node stream0")  # the constraints may pull a few ops to the shared weights' stream
+
+
+def test_help_ends_with_examples_that_run(tmp_path):
+    result = run_msopt("visualize", "--help")
+    assert result.returncode == 0
+    tail = result.stdout.rstrip().splitlines()[-4:]
+    assert any(line.strip().startswith("msopt visualize sample_models/") for line in tail)
+    example = ["visualize", SAMPLES / "linreg_tf1", "-o", tmp_path / "linreg.dot"]
+    assert run_msopt(*example).returncode == 0
