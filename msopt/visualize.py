@@ -418,6 +418,7 @@ def to_dot(ops, edges, root, streams, rows, title, share_of="est. time"):
         '  edge [color="#7f7f7f", arrowsize=0.6, fontname="Helvetica", fontsize=8];',
     ]
     counter = [0]
+    closed = []  # (line index, unit id, box): labelled once the edges inside are counted
 
     def draw(box, indent):
         for child in box.children.values():
@@ -433,7 +434,8 @@ def to_dot(ops, edges, root, streams, rows, title, share_of="est. time"):
                 uid = f"b{counter[0]}"
                 for i in child.all_ops():
                     unit_of[i] = uid
-                lines.append(f"{indent}{uid} [{_box_attrs(child, len(child.all_ops()))}];")
+                closed.append((len(lines), uid, child))
+                lines.append(indent)
         for i in box.ops:
             uid = f"o{i}"
             unit_of[i] = uid
@@ -443,9 +445,13 @@ def to_dot(ops, edges, root, streams, rows, title, share_of="est. time"):
 
     draw(root, "  ")
     bundles = Counter()
+    crossing_inside = Counter()
     for s, d, control in edges:
         u, v = unit_of[s], unit_of[d]
-        if u is None or v is None or u == v:
+        if u is None or v is None:
+            continue
+        if u == v:
+            crossing_inside[u] += streams[s] != streams[d]
             continue
         kind = "cross" if streams[s] != streams[d] else ("control" if control else "data")
         bundles[(u, v, kind)] += 1
@@ -458,13 +464,16 @@ def to_dot(ops, edges, root, streams, rows, title, share_of="est. time"):
         elif kind == "control":
             attrs.append("style=dotted")
         lines.append(f"  {u} -> {v} [{', '.join(attrs)}];")
+    for at, uid, box in closed:
+        lines[at] += f"{uid} [{_box_attrs(box, crossing_inside[uid])}];"
     lines.append(f"  legend [shape=plaintext, style=solid, label=<{_legend_html(rows, share_of)}>];")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
-def _box_attrs(box, size):
+def _box_attrs(box, cross_inside):
     """A closed box: filled with its main stream's colour; a box over several streams gets a bar of its shares."""
+    size = box.size
     shares = sorted(box.streams.items(), key=lambda kv: (-kv[1], kv[0]))
     classes = " ".join(f"stream{s}" for s in sorted(box.streams))
     common = f'style="rounded,filled", fillcolor="{stream_color(shares[0][0])}", class="{classes}", ' \
@@ -472,10 +481,12 @@ def _box_attrs(box, size):
     if len(shares) == 1:
         return f'label="{_esc(f"{_short(box.name)}{chr(10)}{size} ops · stream {shares[0][0]}")}", {common}'
     detail = "  ".join(f"s{s} {n / size:.0%}" for s, n in shares[:4]) + ("  …" if len(shares) > 4 else "")
+    inside = f'<TR><TD><FONT COLOR="{CROSS_COLOR}">{_count(cross_inside, "cross-stream edge")} inside</FONT></TD></TR>' \
+        if cross_inside else ""
     bar = "".join(f'<TD BGCOLOR="{stream_color(s)}" WIDTH="{max(1, round(n / size * BAR_WIDTH))}" HEIGHT="7" '
                   'FIXEDSIZE="TRUE"></TD>' for s, n in sorted(box.streams.items()))
     label = (f'<<TABLE BORDER="0" CELLSPACING="0" CELLPADDING="1"><TR><TD>{_html(_short(box.name))}</TD></TR>'
-             f'<TR><TD>{size} ops · {_html(detail)}</TD></TR>'
+             f'<TR><TD>{size} ops · {_html(detail)}</TD></TR>{inside}'
              f'<TR><TD><TABLE BORDER="1" CELLBORDER="0" CELLSPACING="0" CELLPADDING="0" COLOR="#555555"><TR>{bar}</TR>'
              '</TABLE></TD></TR></TABLE>>')
     return f"label={label}, {common}"
@@ -490,6 +501,10 @@ def _legend_html(rows, share_of):
     cells.append(f'<TR><TD COLSPAN="3"><FONT COLOR="{CROSS_COLOR}">- - -</FONT> cross-stream edges (count)</TD></TR>')
     cells.append("</TABLE>")
     return "".join(cells)
+
+
+def _count(n, noun):
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _short(name, limit=48):
