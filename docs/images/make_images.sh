@@ -8,7 +8,7 @@ msopt visualize sample_models/towers_tf2 --policy towers --streams 2 -o $out/tow
 msopt visualize sample_models/deepfm_tf1 --policy embedding --streams 4 -o $out/deepfm_tf1_embedding.svg
 msopt visualize sample_models/stage_tf1 --policy stage --streams 2 -o $out/stage_tf1.svg
 if [ -n "$NASNET" ]; then
-  msopt visualize "$NASNET" --policy auto --streams 4 -o $out/nasnet_mobile_auto.svg
+  msopt visualize "$NASNET" --policy chains --streams 4 -o $out/nasnet_mobile_chains.svg
 fi
 if command -v chromium >/dev/null; then
   report=$(mktemp -d)
