@@ -194,6 +194,10 @@ def test_without_dot_writes_the_dot_file_and_says_how_to_render(tmp_path):
     assert not out.exists()
     assert (tmp_path / "linreg.dot").read_text().startswith("digraph")
     assert "dot -Tsvg" in result.stderr and "graphviz" in result.stderr
+    report = tmp_path / "report.html"
+    result = run_msopt("visualize", SAMPLES / "linreg_tf1", "-o", report, env={"PATH": str(empty)})
+    assert result.returncode == 0, result.stderr
+    assert "graphviz <code>dot</code> was not found" in report.read_text() and (tmp_path / "report.dot").exists()
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
