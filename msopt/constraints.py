@@ -168,10 +168,20 @@ def resource_carriers(view):
         key = frontier.pop()
         for consumer in view.nodes[key].outputs:
             node = view.nodes[consumer]
-            if node.op in PASS_THROUGH_OPS and consumer not in carriers and any(s == key for s, _ in node.inputs):
+            if _passes_handle(node) and consumer not in carriers and any(s == key for s, _ in node.inputs):
                 carriers.add(consumer)
                 frontier.append(consumer)
     return carriers
+
+
+def _passes_handle(node):
+    """A pass-through op forwarding a handle: a Ref* op or one typed DT_RESOURCE (Identity of a ref reads it)."""
+    if node.op not in PASS_THROUGH_OPS:
+        return False
+    if node.op.startswith("Ref"):
+        return True
+    attr = node.proto.attr
+    return "T" in attr and (attr["T"].type == DT_RESOURCE or DT_RESOURCE in attr["T"].list.type)
 
 
 def callee_arguments(view, node):
