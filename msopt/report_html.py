@@ -118,8 +118,8 @@ def _gantt(events, waits, sim):
     scale = GANTT_WIDTH / span
     left, top = 70, 20
     height = top + streams * LANE_HEIGHT + 30
-    out = [f'<svg class="gantt" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {left + GANTT_WIDTH + 20} {height}" '
-           f'style="width:100%;max-width:{left + GANTT_WIDTH + 20}px;height:auto" '
+    out = [f'<svg class="gantt" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {left + GANTT_WIDTH + 50} {height}" '
+           f'style="width:100%;max-width:{left + GANTT_WIDTH + 50}px;height:auto" '
            f'font-family="Helvetica,Arial,sans-serif" font-size="11">']
     for s in range(streams):
         y = top + s * LANE_HEIGHT
