@@ -55,13 +55,17 @@ from msopt.errors import CheckFailed, InputError
               help="Threads running the upstream part.")
 @click.option("--stage-capacity", type=click.IntRange(1), default=1, show_default=True,
               help="Records the upstream part may run ahead of the downstream part.")
+@click.option("--intra-op-threads", type=click.IntRange(0), default=0, show_default=True,
+              help="Threads inside one op (0: TensorFlow's choice, all cores).")
+@click.option("--inter-op-threads", type=click.IntRange(0), default=0, show_default=True,
+              help="Ops run at once (0: TensorFlow's choice).")
 @click.option("--worker-barrier", default=None, hidden=True)
 @TAGS
 @JSON
 def run(model, signature, streams, device, batch_size, inputs_npz, records, seed, iterations, warmup, save_outputs,
         compare_to, trace_path, profile_path, trace_steps, gpus, gpu_memory_fraction, allow_growth, stream_priority,
-        mps, mps_threads, replicas, stage, stage_boundary, stage_threads, stage_capacity, worker_barrier, tags,
-        as_json):
+        mps, mps_threads, replicas, stage, stage_boundary, stage_threads, stage_capacity, intra_op_threads,
+        inter_op_threads, worker_barrier, tags, as_json):
     """Run MODEL with its ops on their streams, and measure latency and throughput.
 
     Streams become devices before TensorFlow optimizes the graph: virtual GPUs (each its
@@ -164,7 +168,7 @@ def _run_here(loaded, view, o):
     progress("loading TensorFlow")
     import_tensorflow()
     runner = Runner(loaded, view, o["streams"], o["device"], o["gpu_memory_fraction"], o["allow_growth"],
-                    o["priorities"])
+                    o["priorities"], o["intra_op_threads"], o["inter_op_threads"])
     try:
         name = choose_signature(runner.specs, o["signature"])
         spec = runner.specs[name]

@@ -208,9 +208,11 @@ class Runner:
     """A model placed on ``streams`` devices and loaded in a Session, ready to run one signature."""
 
     def __init__(self, model, view, streams, device="auto", memory_fraction=None, allow_growth=False,
-                 priorities=None):
+                 priorities=None, intra_op_threads=0, inter_op_threads=0):
         self.tf = tf = import_tensorflow()
         self.device_type, self.config = configure_devices(tf, streams, device, memory_fraction, allow_growth, priorities)
+        self.config.intra_op_parallelism_threads = intra_op_threads  # 0: TensorFlow's choice (all cores)
+        self.config.inter_op_parallelism_threads = inter_op_threads
         self._workdir = tempfile.TemporaryDirectory(prefix="msopt-run-")
         self.model, self.partition, self.merges = place(model, view, streams, self.device_type, self._workdir.name)
         self.view = view
