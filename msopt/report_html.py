@@ -42,6 +42,8 @@ SCRIPT = """
   document.querySelectorAll('#legend tr[data-stream]').forEach(function(row){
     row.addEventListener('click', function(){ pick(row.dataset.stream); });
   });
+  var linked = /stream=(\\d+)/.exec(location.hash);  // report.html#stream=1 opens with stream 1 highlighted
+  if (linked) pick(linked[1]);
   var fit = document.getElementById('fit');
   if (fit) fit.addEventListener('click', function(){
     document.querySelector('.graph').classList.toggle('fit');

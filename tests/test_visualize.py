@@ -221,13 +221,13 @@ def test_timeline_is_a_chrome_trace_with_a_track_per_stream(tmp_path):
 
 
 # -- the HTML report in a real browser ------------------------------------------------------------
-def chromium_dom(html_path):
+def chromium_dom(html_path, fragment=""):
     """(DOM after load, console lines) from headless Chromium with a fresh profile."""
     with tempfile.TemporaryDirectory() as profile:
         result = subprocess.run(
             [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--dump-dom", Path(html_path).as_uri()],
+             f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--dump-dom", Path(html_path).as_uri() + fragment],
             capture_output=True, text=True, timeout=120)
     console = [line for line in result.stderr.splitlines() if ":CONSOLE" in line]
     return result.stdout, console
@@ -261,6 +261,13 @@ def test_html_report_loads_in_chromium_without_console_errors(tmp_path, name, ar
         assert f'data-stream="{k}"' in legend and f"stream {k}<" in legend
     assert dom.count("<svg") >= 2  # the graph picture and the Gantt chart
     assert 'class="gantt"' in dom and "speedup" in dom
+    # the script's highlighting, driven by a link to one stream: its row picked, other streams' boxes dimmed
+    dom, console = chromium_dom(report, "#stream=1")
+    assert console == []
+    assert re.search(r'<tr data-stream="1" class="picked">', dom)
+    nodes = re.findall(r'<g id="node\d+" class="([^"]*)"', dom)
+    assert any("stream1" in c and "dim" not in c for c in nodes)
+    assert any("stream1" not in c.split() and "dim" in c.split() for c in nodes)
 
 
 @needs_dot
