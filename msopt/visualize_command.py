@@ -26,7 +26,8 @@ Example:
 @click.command(epilog=EXAMPLE)
 @MODEL
 @click.option("-o", "--output", default=None,
-              help="Picture or report to write: .svg .png .pdf .dot or .html (default: <model name>.svg here).")
+              help="Picture or report to write (replaced if present): .svg .png .pdf .dot or .html "
+                   "(default: <model name>.svg here).")
 @click.option("--streams", "-n", type=click.IntRange(1, 1024), default=None,
               help="Number of streams (default: what the model's _stream_id attributes use; 4 with --policy or --rules).")
 @click.option("--policy", default=None, help="Partition on the fly with this rule (default: none, the model's own _stream_id).")
@@ -50,8 +51,9 @@ def visualize(model, output, streams, policy, rules, depth, expand, signature, t
 
     Draws the computation of one signature: TF2 function calls are opened (a called body
     appears under the call's scope), variable bookkeeping is left out. Name scopes fold into
-    boxes coloured by stream (striped when a scope spans several, with its shares), edges
-    between boxes are bundled with counts, and edges that cross streams are red and dashed.
+    boxes coloured by stream (a scope over several streams shows a bar of its shares and how
+    many of its inside edges cross streams), edges between boxes are bundled with counts, and
+    edges that cross streams are red and dashed.
     A scope with too many members is cut into stages along the data flow. The legend gives
     each stream's colour, op count and share of the simulated time.
 
