@@ -440,8 +440,9 @@ def to_dot(ops, edges, root, streams, rows, title, share_of="est. time"):
             uid = f"o{i}"
             unit_of[i] = uid
             s = streams[i]
-            lines.append(f'{indent}{uid} [label="{_esc(_short(ops[i].path[-1]) + chr(10) + ops[i].op)}", shape=ellipse, '
-                         f'style=filled, fillcolor="{stream_color(s)}", class="stream{s}", tooltip="{_esc("/".join(ops[i].path))}"];')
+            label = _esc(_short(ops[i].path[-1]) + "\n" + ops[i].op)
+            lines.append(f'{indent}{uid} [label="{label}", shape=ellipse, style=filled, fillcolor="{stream_color(s)}", '
+                         f'class="stream{s}", tooltip="{_esc("/".join(ops[i].path))}"];')
 
     draw(root, "  ")
     bundles = Counter()

@@ -11,7 +11,8 @@ from msopt.errors import InputError
 from msopt.simulate_cli import BATCH_SIZE, COSTS, TARGET
 
 FORMATS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot", ".html": "html", ".htm": "html"}
-INSTALL_DOT = "install graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; conda: conda install graphviz)"
+INSTALL_DOT = ("install graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; "
+               "conda: conda install graphviz)")
 
 
 EXAMPLE = """\b
@@ -161,7 +162,8 @@ def _write(out, fmt, dot_text, draw, report_html, title, rows, share_of, simulat
     except draw.DotMissing:
         dot_path = out.with_suffix(".dot")
         _write_text(dot_path, dot_text)
-        notes.append(f"graphviz 'dot' not found: wrote {dot_path}; {INSTALL_DOT}, then: dot -Tsvg {dot_path} -o {out.with_suffix('.svg')}")
+        notes.append(f"graphviz 'dot' not found: wrote {dot_path}; {INSTALL_DOT}, "
+                     f"then: dot -Tsvg {dot_path} -o {out.with_suffix('.svg')}")
         if fmt != "html":
             return dot_path, notes
         svg = None

@@ -1,10 +1,8 @@
 """msopt visualize: folded scope pictures rendered with the real dot, and the HTML report checked in headless Chromium."""
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
