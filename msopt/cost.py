@@ -9,7 +9,7 @@ task a standalone time, a share of the GPU it can occupy, and its output bytes. 
 
 Kernel time model (a roofline with occupancy; every constant is in TARGETS or below, sourced):
   full_gpu_us = max(flops / (peak * COMPUTE_EFFICIENCY), bytes / (bandwidth * MEMORY_EFFICIENCY))
-  share       = clamp(threads / (sms * THREADS_PER_SM), 1 / sms, 1)   threads = outputs / outputs per thread
+  share       = clamp(threads / (sms * threads_per_sm), 1 / sms, 1)   threads = outputs / outputs per thread
   standalone  = max(MIN_KERNEL_US, full_gpu_us / share)
 A kernel alone on the GPU uses ``share`` of it for ``standalone`` microseconds; concurrent kernels
 share the GPU (see msopt.simulate). Ops that launch no kernel (Const, Identity, ReadVariableOp,
@@ -42,6 +42,7 @@ class Target:
     launch_us: float = 4.0  # host time to launch one kernel (see README: NVIDIA's CUDA Graphs measurements)
     sync_us: float = 10.0  # cross-stream event: record, wait, and the host learning of completion (assumption)
     copy_latency_us: float = 5.0  # fixed cost of one device-to-device memcpy (assumption, same order as a launch)
+    threads_per_sm: int = 2048  # resident threads per SM (CUDA occupancy limit: 2048 Volta/Ampere/Hopper, 1024 Turing)
 
     @property
     def copy_gbs(self):
@@ -52,14 +53,14 @@ class Target:
 # Vendor data sheets: NVIDIA V100 (SXM2), A100 (SXM4 80GB), H100 (SXM5), T4 (PCIe 70W).
 # SM counts from the architecture whitepapers (Volta GV100, Ampere GA100, Hopper GH100, Turing TU104).
 TARGETS = {
-    "h100": Target("h100", "NVIDIA H100 SXM5 80GB", sms=132, fp32_tflops=67.0, gemm_tflops=494.7,
-                   fp16_tflops=989.4, memory_gbs=3350.0),
+    "h100": Target("h100", "NVIDIA H100 SXM5 80GB", sms=132, fp32_tflops=67.0, gemm_tflops=494.5,
+                   fp16_tflops=989.5, memory_gbs=3350.0),
     "a100": Target("a100", "NVIDIA A100 SXM4 80GB", sms=108, fp32_tflops=19.5, gemm_tflops=156.0,
                    fp16_tflops=312.0, memory_gbs=2039.0),
     "v100": Target("v100", "NVIDIA V100 SXM2 16GB", sms=80, fp32_tflops=15.7, gemm_tflops=15.7,
                    fp16_tflops=125.0, memory_gbs=900.0),
     "t4": Target("t4", "NVIDIA T4 PCIe 16GB", sms=40, fp32_tflops=8.1, gemm_tflops=8.1,
-                 fp16_tflops=65.0, memory_gbs=320.0),
+                 fp16_tflops=65.0, memory_gbs=320.0, threads_per_sm=1024),
 }
 DEFAULT_TARGET = "h100"  # the current data-centre GPU
 
@@ -67,7 +68,6 @@ DEFAULT_TARGET = "h100"  # the current data-centre GPU
 COMPUTE_EFFICIENCY = 0.7  # fraction of peak FLOP/s a tuned cuDNN/cuBLAS kernel reaches when it fills the GPU
 MEMORY_EFFICIENCY = 0.8  # fraction of DRAM bandwidth a streaming kernel reaches (typical of STREAM-like copies)
 MIN_KERNEL_US = 2.0  # shortest kernel execution on the device, launch already paid on the host
-THREADS_PER_SM = 2048  # resident threads per SM on Volta, Turing (1024), Ampere and Hopper: CUDA occupancy limit
 GEMM_OUTPUTS_PER_THREAD = 1.3  # outputs per thread of a Conv/MatMul kernel: fitted to Inception-v3's 6.51 ms (README)
 ELEMENTWISE_OUTPUTS_PER_THREAD = 4  # outputs per thread of elementwise/reduction kernels (Eigen vectorizes by 4)
 
@@ -226,7 +226,7 @@ class CostModel:
             per_thread = ELEMENTWISE_OUTPUTS_PER_THREAD
         full_us = max(flops / (peak * 1e6 * COMPUTE_EFFICIENCY), bytes_moved / (target.memory_gbs * 1e3 * MEMORY_EFFICIENCY))
         threads = max(1.0, out_elems / per_thread)
-        share = min(1.0, max(1.0 / target.sms, threads / (target.sms * THREADS_PER_SM)))
+        share = min(1.0, max(1.0 / target.sms, threads / (target.sms * target.threads_per_sm)))
         self.flops[i] = flops
         self.share[i] = share
         self.kernel[i] = True
