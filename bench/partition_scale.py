@@ -3,6 +3,8 @@
 Each size runs in its own process (so peak memory is that size's alone): build a layered DAG
 (each op reads 1 to 3 ops of the previous layer, now and then one from up to 8 layers back:
 fan-out 2 to 3 on average, branches and joins), build the graph view, then time make_plan.
+For auto, the cost model (msopt.cost) is built first and timed apart, as msopt partition
+builds it for its report whatever the policy; plan_s is make_plan (rule plus constraints).
 Targets (issue 4): 1M nodes in at most 30 s and 4 GB, and time growing near-linearly
 (1M / 100k at most 15x).
 
@@ -60,15 +62,25 @@ def measure(size, policy, streams):
     graph = layered_graph(size)
     view = GraphView(graph)
     built = time.perf_counter() - started
+    cost_s = None
+    extra = {}
+    if policy == "auto":  # msopt partition builds the cost model for its report whatever the policy: timed apart
+        from msopt.cost import CostModel
+        from msopt.rules.walk import paused_gc
+
+        started = time.perf_counter()
+        with paused_gc():
+            extra["cost_model"] = CostModel(view)
+        cost_s = round(time.perf_counter() - started, 3)
     before = peak_rss_mb()
-    options = PartitionOptions(streams=streams)
+    options = PartitionOptions(streams=streams, extra=extra)
     started = time.perf_counter()
     plan, _ = make_plan(policy, view, options)
     elapsed = time.perf_counter() - started
     return {"nodes": size, "edges": sum(len(n.inputs) for n in view.nodes.values()), "policy": policy,
-            "streams": streams, "plan_s": round(elapsed, 3), "build_s": round(built, 3),
+            "streams": streams, "plan_s": round(elapsed, 3), "build_s": round(built, 3), "cost_model_s": cost_s,
             "peak_rss_mb": round(peak_rss_mb(), 1), "rss_before_plan_mb": round(before, 1),
-            "streams_used": len(set(plan.values()) | {0}), "notes": options.notes}
+            "streams_used": len(set(plan.values()) | {0}), "notes": options.report.get("notes", [])}
 
 
 def main():
@@ -107,12 +119,13 @@ def main():
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(f"{'policy':8} {'nodes':>8} {'edges':>8} {'plan s':>8} {'peak MB':>8} {'view s':>7}")
+        print(f"{'policy':8} {'nodes':>8} {'edges':>8} {'plan s':>8} {'peak MB':>8} {'view s':>7} {'cost model s':>12}")
         for r in rows:
             if "error" in r:
                 print(f"{r['policy']:8} {r['nodes']:>8} error: {r['error']}")
             else:
-                print(f"{r['policy']:8} {r['nodes']:>8} {r['edges']:>8} {r['plan_s']:>8} {r['peak_rss_mb']:>8} {r['build_s']:>7}")
+                print(f"{r['policy']:8} {r['nodes']:>8} {r['edges']:>8} {r['plan_s']:>8} {r['peak_rss_mb']:>8} {r['build_s']:>7}"
+                      f" {r['cost_model_s'] if r['cost_model_s'] is not None else '-':>12}")
         for c in summary["checks"]:
             print("  ", c)
 

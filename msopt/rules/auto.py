@@ -15,12 +15,13 @@
    streams than it was given because more did not pay (options.notes).
 """
 import heapq
+from collections import Counter
 
 from msopt.rules.chains import path_cover
 from msopt.rules.walk import Dag, paused_gc
 
 RULE_CANDIDATES = ("chains", "embedding", "towers", "stage", "collective")
-LARGE = 200_000  # beyond this many op instances, try only the full-width schedule and chains
+LARGE = 50_000  # beyond this many op instances: only one stream and the full-width list schedule, judged unconstrained
 
 
 def auto(view, options):
@@ -34,30 +35,30 @@ def _auto(view, options):
 
     cost = cost_model(view, options)
     streams = options.streams
-    single = simulate(view, {}, 1, cost)
-    candidates = [("one stream", {})]
     large = len(cost) > LARGE
+    candidates = []
     if streams > 1 and len(cost):
         widths = [streams] if large else sorted({min(1 << i, streams) for i in range(1, 11)} | {streams})
         for k in widths:
-            candidates.append((f"list schedule on {k} streams", schedule(cost, k)))
-            candidates.append((f"chain list schedule on {k} streams", schedule(cost, k, chained=True)))
-        for name in ("chains",) if large else RULE_CANDIDATES:
+            candidates.append((f"list schedule on {k} streams", schedule(cost, k, by_rank=not large)))
+            if not large:
+                candidates.append((f"chain list schedule on {k} streams", schedule(cost, k, chained=True)))
+        for name in () if large else RULE_CANDIDATES:
             plan = run_rule(name, view, options, cost)
             if plan:
                 candidates.append((f"policy {name}", plan))
-    scored = []
+    single = cost.single_stream_us()  # simulated once per cost model, shared with the report
+    scored = [(round(single, 6), 1, 0, 0, "one stream", {})]
     for label, plan in candidates:
         # Judge each plan as it will run: after the constraints (skipped on very large graphs, for time).
-        placed = plan if large or not plan else apply(view, plan, streams, options)[0]
-        result = single if not placed else simulate(view, placed, streams, cost)
+        placed = plan if large else apply(view, plan, streams, options)[0]
+        result = simulate(view, placed, streams, cost)
         used = len(set(result.stream_of)) or 1
-        scored.append((round(result.makespan_us, 6), used, result.syncs, len(scored), label, plan, result))
-    best = min(scored)
-    _, used, _, _, label, plan, result = best
+        scored.append((round(result.makespan_us, 6), used, result.syncs, len(scored), label, plan))
+    makespan, used, _, _, label, plan = min(scored)
     report = getattr(options, "report", None)
     if report is not None:
-        report.setdefault("notes", []).extend(explain(label, used, streams, result, single, scored))
+        report.setdefault("notes", []).extend(explain(label, used, streams, makespan, single, scored))
         report["auto"] = {"chosen": label, "streams_used": used, "candidates": [
             {"plan": row[4], "makespan_ms": round(row[0] / 1000, 6), "streams_used": row[1], "syncs": row[2]}
             for row in scored]}
@@ -89,13 +90,15 @@ def run_rule(name, view, options, cost):
     return run_policy(name, view, sub)
 
 
-def schedule(cost, streams, chained=False):
+def schedule(cost, streams, chained=False, by_rank=True):
     """{node key: stream} from list scheduling the cost model's op instances on ``streams`` streams.
 
     With ``chained``, the ops are first cut into chains (a path cover, as policy chains does)
     and only a chain's first op chooses a stream; the rest of the chain follows it. Op by op,
     an early choice that saves a microsecond can pin a whole branch to a busy stream; chains
-    keep branches whole, so the two variants win on different graphs.
+    keep branches whole, so the two variants win on different graphs. Without ``by_rank`` the
+    ops are taken in the cost model's order (TensorFlow's ready order) instead of by priority:
+    no heap, for very large graphs.
     """
     t, target = cost.tasks, cost.target
     n = len(t.key)
@@ -119,7 +122,7 @@ def schedule(cost, streams, chained=False):
     per_byte = 1.0 / (target.copy_gbs * 1e3)  # microseconds per byte
     out_bytes = [max(b) if b else 0 for b in cost.out_bytes]
     rank = [0.0] * n
-    for i in range(n - 1, -1, -1):  # tasks are numbered in a topological order
+    for i in range(n - 1, -1, -1) if by_rank else ():  # tasks are numbered in a topological order
         best = 0.0
         for s in succs[i]:
             if rank[s] > best:
@@ -129,51 +132,63 @@ def schedule(cost, streams, chained=False):
     stream_of = [0] * n
     free = [0.0] * streams
     host = 0.0
+    launch = target.launch_us
     work = 0.0  # GPU-microseconds issued so far: nothing finishes before work / 1 GPU
-    waiting = [len(ps) for ps in preds]
-    queue = [(-rank[i], i) for i in range(n) if waiting[i] == 0]
-    heapq.heapify(queue)
-    while queue:
-        _, i = heapq.heappop(queue)
+    all_streams = range(streams)
+    for i in _priority_order(preds, succs, rank) if by_rank else range(n):
         ps = preds[i]
         if chained:
             c = chain_of[i]
             if c not in chain_stream:  # a chain's first op: the stream that would finish the whole chain first
                 chain_stream[c] = _chain_home(ps, finish, stream_of, neutral, committed, chain_work[c], sync)
                 committed[chain_stream[c]] = max(committed[chain_stream[c]], finish_of(ps, finish)) + chain_work[c]
-            choices = {chain_stream[c]}
+            choices = (chain_stream[c],)
         else:
-            choices = {stream_of[p] for p in ps if not neutral[p]}
-            choices.add(min(range(streams), key=lambda s: (free[s], s)))
+            linked = [stream_of[p] for p in ps if not neutral[p]]
+            idle = min(all_streams, key=free.__getitem__)
+            choices = set(linked)
+            choices.add(idle)
         best = None
-        linked = {stream_of[p] for p in ps}
         for s in choices:
             ready = 0.0
             for p in ps:
                 arrive = finish[p] if neutral[p] or stream_of[p] == s else finish[p] + sync + out_bytes[p] * per_byte
                 if arrive > ready:
                     ready = arrive
-            launched = max(host, ready) + target.launch_us if kernel[i] else host
-            start = max(free[s], launched) if kernel[i] else ready
-            end = start + duration[i]
-            if kernel[i] and work + duration[i] * share[i] > end:
-                end = work + duration[i] * share[i]
-            rank_key = (end, s not in linked, s)
-            if best is None or rank_key < best[0]:
-                best = (rank_key, s, end, launched)
+            if kernel[i]:
+                launched = (host if host > ready else ready) + launch
+                end = (free[s] if free[s] > launched else launched) + duration[i]
+                if work + duration[i] * share[i] > end:
+                    end = work + duration[i] * share[i]
+            else:
+                launched, end = host, ready
+            key = (end, not any(stream_of[p] == s for p in ps), s)
+            if best is None or key < best[0]:
+                best = (key, s, end, launched)
         _, s, end, host = best
         stream_of[i], finish[i] = s, end
         if kernel[i]:
             free[s] = end
             work += duration[i] * share[i]
-        for w in succs[i]:
-            waiting[w] -= 1
-            if waiting[w] == 0:
-                heapq.heappush(queue, (-rank[w], w))
     plan = {}
     for i, key in enumerate(t.key):
         plan.setdefault(key, stream_of[i])
     return plan
+
+
+def _priority_order(preds, succs, rank):
+    """A topological order that always takes the ready op with the longest path still ahead of it."""
+    waiting = [len(ps) for ps in preds]
+    queue = [(-rank[i], i) for i in range(len(preds)) if waiting[i] == 0]
+    heapq.heapify(queue)
+    pop, push = heapq.heappop, heapq.heappush
+    while queue:
+        i = pop(queue)[1]
+        yield i
+        for w in succs[i]:
+            waiting[w] -= 1
+            if waiting[w] == 0:
+                push(queue, (-rank[w], w))
 
 
 def finish_of(preds, finish):
@@ -200,9 +215,7 @@ def compact(plan):
     """Renumber streams 0..m-1, the busiest as 0 (where unassigned nodes run)."""
     if not plan:
         return {}
-    counts = {}
-    for s in plan.values():
-        counts[s] = counts.get(s, 0) + 1
+    counts = Counter(plan.values())
     order = sorted(counts, key=lambda s: (-counts[s], s))
     if 0 in counts and counts[0] == counts[order[0]]:
         order.remove(0)
@@ -211,15 +224,17 @@ def compact(plan):
     return {key: new[s] for key, s in plan.items()}
 
 
-def explain(label, used, streams, result, single, scored):
+def explain(label, used, streams, makespan, single, scored):
     """One-line notes for the report: what was chosen and why, and when fewer streams were used."""
-    ms = result.makespan_us / 1000
-    one = single.makespan_us / 1000
+    ms, one = makespan / 1000, single / 1000
     notes = [f"auto chose the {label}: simulated makespan {ms:.4g} ms vs {one:.4g} ms on one stream"
              f" (speedup {one / ms if ms else 1:.3g}x), {len(scored)} candidates simulated"]
     if used < streams:
-        widest = min((s for s in scored if s[1] == max(x[1] for x in scored)), default=None)
+        widest = max(row[1] for row in scored)
         why = "parallelism does not pay on this model" if used == 1 else "more streams did not shorten the simulated makespan"
-        detail = f"; the best plan using {widest[1]} streams simulates {widest[0] / 1000:.4g} ms" if widest and widest[1] > used else ""
+        detail = ""
+        if widest > used:
+            best_wide = min(row[0] for row in scored if row[1] == widest)
+            detail = f"; the best plan using {widest} streams simulates {best_wide / 1000:.4g} ms"
         notes.append(f"auto uses {used} of {streams} streams: {why}{detail}")
     return notes
