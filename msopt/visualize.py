@@ -440,7 +440,8 @@ def to_dot(ops, edges, root, streams, rows, title, share_of="est. time"):
             uid = f"o{i}"
             unit_of[i] = uid
             s = streams[i]
-            label = _esc(_short(ops[i].path[-1]) + "\n" + ops[i].op)
+            name = _short(ops[i].path[-1])
+            label = _esc(name if name == ops[i].op else f"{name}\n{ops[i].op}")
             lines.append(f'{indent}{uid} [label="{label}", shape=ellipse, style=filled, fillcolor="{stream_color(s)}", '
                          f'class="stream{s}", tooltip="{_esc("/".join(ops[i].path))}"];')
 
