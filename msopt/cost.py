@@ -40,6 +40,7 @@ class Target:
     fp16_tflops: float  # FP16 tensor-core peak (dense)
     memory_gbs: float  # DRAM bandwidth, GB/s
     launch_us: float = 4.0  # host time to launch one kernel (see README: NVIDIA's CUDA Graphs measurements)
+    launch_threads: int = 1  # host threads launching kernels at once (TensorFlow's inter-op pool can use several)
     sync_us: float = 10.0  # cross-stream event: record, wait, and the host learning of completion (assumption)
     copy_latency_us: float = 5.0  # fixed cost of one device-to-device memcpy (assumption, same order as a launch)
     threads_per_sm: int = 2048  # resident threads per SM (CUDA occupancy limit: 2048 Volta/Ampere/Hopper, 1024 Turing)

@@ -18,8 +18,8 @@ name runs where its caller runs (TensorFlow places a called function's unplaced 
 device); anything else absent runs on stream 0.
 
 The model of the machine (assumptions in the README):
-  - One host thread launches kernels, one at a time, ``target.launch_us`` each, in the order their
-    inputs become ready on the host (TensorFlow's executor: a GPU op's output is ready on the host as
+  - ``target.launch_threads`` host threads (default 1) launch kernels, ``target.launch_us`` each,
+    in the order their inputs become ready on the host (TensorFlow's executor: a GPU op's output is ready on the host as
     soon as its kernel is enqueued; a cross-stream input only once the copy is done).
   - Each stream runs its kernels in launch order, one after another.
   - A cross-stream data edge costs an event sync (``target.sync_us``) and a device-to-device copy
@@ -86,6 +86,7 @@ class Result:
             "critical_path_ms": ms(bound["critical_path_us"]),
             "total_work_ms": ms(bound["total_work_us"]),
             "host_launch_ms": ms(bound["host_launch_us"]),
+            "launch_threads": cm.target.launch_threads,
             "syncs": self.syncs,
             "copies": self.copies,
             "copy_bytes": self.copy_bytes,
@@ -143,7 +144,7 @@ def _run(cm, streams, stream_of, record_waits):
 
     host = [(0.0, i) for i in range(n) if preds[i] == 0]
     heapq.heapify(host)
-    host_free = 0.0
+    launchers = [0.0] * max(1, target.launch_threads)  # when each host launch thread is next free (a heap)
     queue = [[] for _ in range(streams)]  # per stream: launched kernels in launch order
     qhead = [0] * streams
     stream_busy = [False] * streams
@@ -207,7 +208,9 @@ def _run(cm, streams, stream_of, record_waits):
         while host and host[0][0] <= now:
             ready, i = heapq.heappop(host)
             if kernel[i]:
-                host_free = (host_free if host_free > ready else ready) + launch
+                free = launchers[0]
+                host_free = (free if free > ready else ready) + launch
+                heapq.heapreplace(launchers, host_free)
                 s = stream_of[i]
                 queue[s].append((host_free, i))
                 waiting_streams.append(s)
@@ -282,7 +285,7 @@ def lower_bound(cost_model):
         finish[i] = ready + cm.duration[i]
     critical = max(finish, default=0.0)
     work = sum(d * s for d, s, k in zip(cm.duration, cm.share, cm.kernel) if k)
-    host = sum(cm.kernel) * cm.target.launch_us
+    host = sum(cm.kernel) * cm.target.launch_us / max(1, cm.target.launch_threads)
     return {"lower_bound_us": max(critical, work, host), "critical_path_us": critical, "total_work_us": work,
             "host_launch_us": host}
 

@@ -13,15 +13,21 @@ COSTS = click.option("--costs", type=click.Path(dir_okay=False), default=None,
                      help='Measured per-op times, JSON {"unit": "us", "ops": {"<node key>": time}}; they replace the model\'s.')
 
 
-def build_cost_model(view, loaded, target, batch_size, costs, signature=None):
+def build_cost_model(view, loaded, target, batch_size, costs, signature=None, launch_threads=None):
     """The cost model the commands share (bad targets, batch sizes and costs files are InputErrors)."""
-    from msopt.cost import DEFAULT_TARGET, CostModel
+    from dataclasses import replace
+
+    from msopt.cost import DEFAULT_TARGET, TARGETS, CostModel
     from msopt.errors import InputError
 
     if batch_size is not None and batch_size < 1:
         raise InputError(f"--batch-size must be at least 1, got {batch_size}")
-    return CostModel(view, loaded, target=target or DEFAULT_TARGET, batch_size=batch_size or 1, costs=costs,
-                     signature=signature)
+    target = target or DEFAULT_TARGET
+    if launch_threads is not None:
+        if target not in TARGETS:
+            raise InputError(f"unknown target '{target}'; choose one of: {', '.join(TARGETS)}")
+        target = replace(TARGETS[target], launch_threads=launch_threads)
+    return CostModel(view, loaded, target=target, batch_size=batch_size or 1, costs=costs, signature=signature)
 
 
 def plan_options(streams, cost_model, loaded):
@@ -40,12 +46,14 @@ def plan_options(streams, cost_model, loaded):
 @TARGET
 @BATCH_SIZE
 @COSTS
+@click.option("--launch-threads", type=click.IntRange(1, 256), default=None,
+              help="Host threads launching kernels at once (default 1: TensorFlow's launches mostly serialize).")
 @click.option("--signature", default=None, help="Signature whose run is simulated (default: serving_default or the first).")
 @click.option("--timeline", type=click.Path(dir_okay=False), default=None,
               help="Write the simulated schedule as Chrome trace-event JSON (open it in Perfetto or chrome://tracing).")
 @TAGS
 @JSON
-def simulate(model, streams, policy, target, batch_size, costs, signature, timeline, tags, as_json):
+def simulate(model, streams, policy, target, batch_size, costs, launch_threads, signature, timeline, tags, as_json):
     """Simulate one run of MODEL on N streams of a GPU and report how much the partition is worth.
 
     Plans the partition as `msopt partition` would (rule, then constraints), then runs a
@@ -67,7 +75,7 @@ def simulate(model, streams, policy, target, batch_size, costs, signature, timel
     policy = policy or default_policy()
     progress(f"loading {model}")
     loaded, view = open_model(model, tags)
-    cost_model = build_cost_model(view, loaded, target, batch_size, costs, signature)
+    cost_model = build_cost_model(view, loaded, target, batch_size, costs, signature, launch_threads)
     progress(f"partitioning with policy {policy}")
     options = plan_options(streams, cost_model, loaded)
     plan, merges = make_plan(policy, view, options)

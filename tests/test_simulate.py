@@ -123,6 +123,16 @@ def test_host_launch_overhead_serializes_launches():
     assert bound["host_launch_ms"] == pytest.approx(0.009) and bound["lower_bound_ms"] == pytest.approx(0.009)
 
 
+@pytest.mark.parametrize("threads, makespan", [(1, 7.0), (2, 4.0)])
+def test_several_launch_threads_launch_at_once(threads, makespan):
+    from dataclasses import replace
+
+    view = graph([("x", "Placeholder", [], SMALL), ("a", "Relu", ["x"], SMALL), ("b", "Relu", ["x"], SMALL)])
+    r = run(view, {"b": 1}, 2, {"a": 1, "b": 1}, replace(target(launch=3.0), launch_threads=threads))
+    assert r.makespan_us == pytest.approx(makespan)
+    assert r.report()["host_launch_ms"] == pytest.approx(0.006 / threads)
+
+
 def test_long_kernels_hide_the_launches_behind_them():
     view = graph([("x", "Placeholder", [], SMALL), ("a", "Relu", ["x"], SMALL), ("b", "Relu", ["a"], SMALL),
                   ("c", "Relu", ["b"], SMALL)])
@@ -239,7 +249,7 @@ def test_simulate_command_json_and_timeline(msopt, tmp_path):
     for key in ("makespan_ms", "single_stream_ms", "speedup", "lower_bound_ms", "ratio_to_bound", "syncs", "copy_bytes",
                 "stream_busy_ms"):
         assert key in doc
-    assert doc["target"] == "t4" and doc["batch_size"] == 16 and doc["streams"] == 2
+    assert doc["target"] == "t4" and doc["batch_size"] == 16 and doc["streams"] == 2 and doc["launch_threads"] == 1
     assert doc["makespan_ms"] == pytest.approx(doc["single_stream_ms"])  # policy none: no _stream_id on this model
     assert json.loads(trace.read_text())["traceEvents"]
 
