@@ -171,6 +171,8 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
     Example:
       msopt partition sample_models/linreg_tf1 --streams 2 --policy none \\
           --placement device --device-type cpu -o /tmp/linreg_ms2 --verify --json
+      printf 'rules:\\n  - scope: tower_1/\\n    stream: 1\\n' > rules.yaml
+      msopt partition sample_models/towers_tf1 --streams 2 --rules rules.yaml --verify
     """
     from msopt import emit
     from msopt.partition import summarize
