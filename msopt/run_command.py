@@ -321,7 +321,8 @@ def _boundary_from_rule(view, runner):
     boundary = sorted({f"{src}:{port}" for node in view.real_nodes() if plan.get(node.key, 0) == 0
                        for src, port in node.inputs if plan.get(src, 0) != 0 and ":" not in src})
     if not boundary:
-        raise InputError("--stage: the stage rule found no boundary in the main graph; give --stage-boundary")
+        raise InputError("--stage: the stage rule found no boundary in the main graph (a TF2 SavedModel keeps its "
+                         "ops inside functions, where a Session cannot cut; --stage runs TF1 graphs)")
     return boundary
 
 

@@ -142,6 +142,9 @@ class SessionSplit:
         self.ops = {"upstream": sum(1 for op in up.values() if op.type not in SOURCE_OPS),
                     "downstream": sum(1 for op in down.values() if op.type not in SOURCE_OPS),
                     "shared": sum(1 for name, op in down.items() if name in up and op.type not in SOURCE_OPS)}
+        if not self.ops["upstream"]:
+            raise InputError("--stage: no op computes upstream of the boundary, nothing to pipeline (a TF2 SavedModel "
+                             "keeps its ops inside functions, where a Session cannot cut; --stage runs TF1 graphs)")
         names = [t.name for t in self.boundary]
         self._up = executable.tensor_step(names, [spec["inputs"][k]["name"] for k in self.inputs])
         self._down = executable.tensor_step([spec["outputs"][k]["name"] for k in self.outputs],

@@ -97,6 +97,18 @@ def test_stage_pipeline_gives_the_unpipelined_results_in_order(tmp_path):
     assert stage["upstream_blocked_s"] >= 0 and stage["downstream_blocked_s"] >= 0
 
 
+def test_stage_boundary_found_by_the_stage_rule():
+    doc = run_json(SAMPLES / "stage_tf1", "--device", "cpu", "--stage", "--records", 3, "--iterations", 6)
+    stage = doc["stage"]
+    assert "preprocess/StringToHashBucketFast:0" in stage["boundary"] and stage["identical_to_unpipelined"]
+    assert stage["ops"]["shared"] == 0 and stage["records"] == 6
+
+
+def test_stage_on_a_tf2_model_is_refused_with_the_reason():
+    done = run_json(SAMPLES / "stage_tf2", "--device", "cpu", "--stage", code=2)
+    assert "inside functions" in done.stderr and done.stderr.count("\n") == 1
+
+
 def test_stage_boundary_that_does_not_cut_is_bad_input():
     done = run_json(SAMPLES / "stage_tf1", "--device", "cpu", "--stage", "--stage-boundary", "no/such/op:0", code=2)
     assert "no tensor 'no/such/op:0'" in done.stderr and done.stderr.count("\n") == 1
