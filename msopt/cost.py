@@ -185,11 +185,12 @@ class CostModel:
         self.neutral = [t.op[i] in NEUTRAL_OPS for i in range(n)]
         self.unknown_shapes = 0
         self.measured = 0
-        self.out_elems = [[_elements(shape, batch_size) for _, shape in outs] for outs in self.shapes]
+        self._out_elems = [[_elements(shape, batch_size) for _, shape in outs] for outs in self.shapes]
         self.out_bytes = [[e * DTYPE_BYTES.get(dtype, 4) for e, (dtype, _) in zip(elems, outs)]
-                          for elems, outs in zip(self.out_elems, self.shapes)]
+                          for elems, outs in zip(self._out_elems, self.shapes)]
         for i in range(n):
             self._cost(i, measured)
+        del self._out_elems  # only the costs need element counts
         self._bound = None
         self._single = None
         self._succ = None
@@ -207,12 +208,12 @@ class CostModel:
         outs = self.shapes[i]
         if not outs or any(shape is None for _, shape in outs):
             self.unknown_shapes += 1
-        out_elems = sum(self.out_elems[i])
+        out_elems = sum(self._out_elems[i])
         ins, in_elems, in_bytes = [], 0, 0
         for src, port in t.inputs[i]:
             if port < len(self.shapes[src]):
                 ins.append(self.shapes[src][port])
-                in_elems += self.out_elems[src][port]
+                in_elems += self._out_elems[src][port]
                 in_bytes += self.out_bytes[src][port]
             else:
                 ins.append(("float", None))

@@ -44,7 +44,7 @@ class Result:
         self.stream_of = stream_of  # per task
         self.start = start  # per task, microseconds
         self.end = end
-        self.waits = waits
+        self._waits = waits  # tuples (src, dst, src stream, dst stream, at, ready, bytes): small for big graphs
         self.syncs = syncs
         self.copies = copies
         self.copy_bytes = copy_bytes
@@ -58,6 +58,13 @@ class Result:
     @property
     def lower_bound_us(self):
         return self.cost_model.lower_bound()["lower_bound_us"]
+
+    @property
+    def waits(self):
+        """One record per cross-stream wait: the producer's and consumer's task ids and streams, when the
+        producer's data existed (at_us), when it was usable on the consumer's stream (ready_us), bytes copied."""
+        names = ("src", "dst", "src_stream", "dst_stream", "at_us", "ready_us", "bytes")
+        return [dict(zip(names, w)) for w in self._waits]
 
     def events(self):
         """One record per executed op that launches a kernel, in start order."""
@@ -192,8 +199,7 @@ def _run(cm, streams, stream_of, record_waits):
                             moved[0] += 1
                             moved[1] += nbytes
                         if record_waits:
-                            waits.append({"src": i, "dst": j, "src_stream": s, "dst_stream": sj, "at_us": at,
-                                          "ready_us": ready, "bytes": nbytes if port >= 0 else 0})
+                            waits.append((i, j, s, sj, at, ready, nbytes if port >= 0 else 0))
                     satisfy(j, ready)
                 if not kernel[j]:
                     if at > device_ready[j]:
