@@ -101,8 +101,6 @@ def _expand(view, dag, by_function, function, arg_source, start, expanded, budge
 
     for node in body:
         v = local[node.key]
-        if node.op in BACK_EDGE_OPS:
-            continue
         has_pred = False
         for src, _ in node.inputs:
             u = resolve(src)

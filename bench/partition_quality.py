@@ -1,0 +1,137 @@
+"""Quality benchmark: simulated makespan of every policy on the sample models and four keras.applications models.
+
+For each model, batch size (1, 32) and stream count (2, 4, 8), each policy's plan goes
+through the constraints (as `msopt partition` does) and the simulator (msopt.simulate) on
+the target GPU: makespan, ratio to the lower bound, syncs, bytes copied, planning time.
+Policies: one stream, round-robin (node i of a topological order on stream i mod N: the
+naive baseline), chains, embedding (where the model has embedding lookups), and auto.
+Targets (issue 4): auto is the best policy, or within 1% of it, on every row; its mean ratio
+to the lower bound is at most 1.15.
+
+    python bench/partition_quality.py                   # everything (builds the Keras models once, cached)
+    python bench/partition_quality.py --models linreg_tf1,deepfm_tf1 --streams 2 --json
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+SAMPLES = ["linreg_tf1", "linreg_tf2", "towers_tf1", "towers_tf2", "stage_tf1", "stage_tf2", "deepfm_tf1", "deepfm_tf2",
+           "linreg_frozen.pb", "towers_tf1.meta", "custom_op_tf1"]
+# Built with tf-keras, weights=None, cached where the tests cache them (MobileNetV2 at the tests' 96x96 input).
+KERAS = {"InceptionV3": {}, "NASNetMobile": {}, "ResNet50": {}, "MobileNetV2": {"input_shape": (96, 96, 3)}}
+POLICIES = ["one-stream", "round-robin", "chains", "embedding", "auto"]
+
+
+def model_path(name):
+    if name in KERAS:
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        from conftest import keras_application
+
+        return str(keras_application(name, **KERAS[name]))
+    return os.path.join(ROOT, "sample_models", name)
+
+
+def round_robin(view, streams):
+    from msopt.rules.walk import flatten
+
+    dag = flatten(view)
+    stream_of = [0] * len(dag)
+    for position, v in enumerate(dag.order):
+        stream_of[v] = position % streams
+    return dag.partition(stream_of, view)
+
+
+def plan_for(policy, view, streams, cost, model):
+    """(partition after the constraints, planning seconds, auto's notes) or None when the policy does not apply."""
+    from msopt.constraints import apply
+    from msopt.rules import PartitionOptions, make_plan
+
+    options = PartitionOptions(streams=streams, extra={"cost_model": cost, "model": model})
+    started = time.perf_counter()
+    if policy == "one-stream":
+        plan = {}
+    elif policy == "round-robin":
+        plan = apply(view, round_robin(view, streams), streams, options)[0]
+    else:
+        plan, _ = make_plan(policy, view, options)
+        if policy == "embedding" and not plan:
+            return None
+    return plan, time.perf_counter() - started, options.report.get("notes", [])
+
+
+def run(models, batches, stream_counts, target):
+    from msopt.cost import CostModel
+    from msopt.graph import GraphView
+    from msopt.load import load
+    from msopt.simulate import simulate
+
+    rows = []
+    for name in models:
+        model = load(model_path(name))
+        view = GraphView(model.graph_def)
+        for batch in batches:
+            cost = CostModel(view, model, target=target, batch_size=batch)
+            for streams in stream_counts:
+                for policy in POLICIES:
+                    found = plan_for(policy, view, streams, cost, model)
+                    if found is None:
+                        continue
+                    plan, seconds, notes = found
+                    sim = simulate(view, plan, streams, cost).report()
+                    rows.append({"model": name, "batch": batch, "streams": streams, "policy": policy,
+                                 "makespan_ms": sim["makespan_ms"], "single_stream_ms": sim["single_stream_ms"],
+                                 "lower_bound_ms": sim["lower_bound_ms"], "ratio_to_bound": sim["ratio_to_bound"],
+                                 "syncs": sim["syncs"], "copy_bytes": sim["copy_bytes"], "plan_s": round(seconds, 3),
+                                 "notes": notes})
+                print(f"{name} batch {batch} streams {streams}: done", file=sys.stderr)
+    return rows
+
+
+def judge(rows):
+    """Per (model, batch, streams): auto's makespan over the best policy's; and auto's mean ratio to bound."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["model"], r["batch"], r["streams"]), []).append(r)
+    verdicts = []
+    for (model, batch, streams), group in groups.items():
+        best = min(group, key=lambda r: r["makespan_ms"])
+        auto = next(r for r in group if r["policy"] == "auto")
+        over = auto["makespan_ms"] / best["makespan_ms"] - 1 if best["makespan_ms"] > 0 else 0.0
+        verdicts.append({"model": model, "batch": batch, "streams": streams, "best_policy": best["policy"],
+                         "auto_over_best": round(over, 4), "ok": over <= 0.01})
+    autos = [r["ratio_to_bound"] for r in rows if r["policy"] == "auto"]
+    mean_ratio = sum(autos) / len(autos) if autos else None
+    return {"rows_within_1pct": sum(v["ok"] for v in verdicts), "rows": len(verdicts),
+            "auto_mean_ratio_to_bound": round(mean_ratio, 4) if mean_ratio else None,
+            "met_best": all(v["ok"] for v in verdicts), "met_ratio": mean_ratio is not None and mean_ratio <= 1.15,
+            "misses": [v for v in verdicts if not v["ok"]]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(SAMPLES + list(KERAS)))
+    parser.add_argument("--batches", default="1,32")
+    parser.add_argument("--streams", default="2,4,8")
+    parser.add_argument("--target", default="v100")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    args = parser.parse_args()
+    rows = run(args.models.split(","), [int(b) for b in args.batches.split(",")],
+               [int(s) for s in args.streams.split(",")], args.target)
+    summary = judge(rows)
+    if args.json:
+        print(json.dumps({"target": args.target, "rows": rows, "summary": summary}, indent=2))
+        return
+    print(f"{'model':16} {'batch':>5} {'N':>2} {'policy':12} {'makespan ms':>12} {'ratio':>7} {'syncs':>6} {'copied B':>10} {'plan s':>7}")
+    for r in rows:
+        print(f"{r['model']:16} {r['batch']:>5} {r['streams']:>2} {r['policy']:12} {r['makespan_ms']:>12.4f} "
+              f"{r['ratio_to_bound']:>7.3f} {r['syncs']:>6} {r['copy_bytes']:>10} {r['plan_s']:>7.2f}")
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

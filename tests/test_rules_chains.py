@@ -1,0 +1,133 @@
+"""Policy chains and the flat DAG walk: hand-built graphs whose path cover is known exactly, and the sample models."""
+import json
+import random
+
+import pytest
+
+from handbuilt import diamond, graph_def, view
+from msopt.graph import GraphView
+from msopt.rules import PartitionOptions, make_plan, run_policy
+from msopt.rules.chains import path_cover
+from msopt.rules.walk import flatten
+
+
+def plan(v, streams, policy="chains"):
+    return run_policy(policy, v, PartitionOptions(streams=streams))
+
+
+def cross_edges(v, partition):
+    return sum(partition.get(src, 0) != partition.get(dst, 0) for src, dst, _ in v.edges())
+
+
+def test_diamond_needs_two_chains_and_exactly_two_cross_edges():
+    v = diamond()
+    p = plan(v, 2)
+    assert len(set(p.values())) == 2
+    assert cross_edges(v, p) == 2  # a fork and a join: the fewest syncs any 2-stream plan of a diamond has
+    assert p["b"] != p["c"]  # the two independent ops run concurrently
+
+
+def test_independent_chains_get_their_own_streams_with_no_sync():
+    v = view([("x0", "Relu", []), ("x1", "Relu", ["x0"]), ("x2", "Relu", ["x1"]),
+              ("y0", "Relu", []), ("y1", "Relu", ["y0"]), ("y2", "Relu", ["y1"])])
+    p = plan(v, 4)
+    assert p["x0"] == p["x1"] == p["x2"] != p["y0"] == p["y1"] == p["y2"]
+    assert cross_edges(v, p) == 0
+
+
+def test_one_stream_puts_everything_on_stream_zero():
+    assert set(plan(diamond(), 1).values()) == {0}
+
+
+def test_out_tree_needs_one_chain_per_leaf():
+    # A binary out-tree of depth 3: 8 leaves, so a minimum path cover has exactly 8 paths.
+    spec = [("n1", "Relu", [])]
+    for i in range(2, 16):
+        spec.append((f"n{i}", "Relu", [f"n{i // 2}"]))
+    chains = path_cover(flatten(view(spec)))
+    assert len(set(chains)) == 8
+
+
+def test_in_tree_needs_one_chain_per_leaf():
+    spec = [(f"n{i}", "Relu", []) for i in range(8, 16)]
+    for i in range(7, 0, -1):
+        spec.append((f"n{i}", "AddV2", [f"n{2 * i}", f"n{2 * i + 1}"]))
+    assert len(set(path_cover(flatten(view(spec))))) == 8
+
+
+def random_layered(size, seed):
+    rng = random.Random(seed)
+    spec = []
+    for i in range(size):
+        if i < 8:
+            spec.append((f"n{i}", "Placeholder", []))
+        else:
+            spec.append((f"n{i}", "AddV2", sorted({f"n{rng.randrange(max(0, i - 24), i)}" for _ in range(rng.choice((1, 2, 3)))})))
+    return view(spec)
+
+
+def test_chains_are_paths_of_the_graph_so_no_concurrency_is_lost():
+    v = random_layered(3000, seed=1)
+    dag = flatten(v)
+    chain_of = path_cover(dag)
+    members = {}
+    for vertex in dag.order:
+        members.setdefault(chain_of[vertex], []).append(vertex)
+    for chain in members.values():
+        for a, b in zip(chain, chain[1:]):
+            assert a in dag.preds[b]  # consecutive ops of a chain are joined by an edge: ordered anyway
+
+
+def test_folding_never_exceeds_the_stream_count():
+    v = random_layered(2000, seed=2)
+    for streams in (1, 2, 3, 8):
+        p, _ = make_plan("chains", v, PartitionOptions(streams=streams))
+        assert set(p.values()) <= set(range(streams))
+        assert len(set(p.values())) == streams
+
+
+def test_function_bodies_are_nested_in_their_calls():
+    graph = graph_def([("x", "Placeholder", []), ("call", "StatefulPartitionedCall", ["x"]), ("y", "Relu", ["call"])])
+    graph.node[1].attr["f"].func.name = "body"
+    fdef = graph.library.function.add()
+    fdef.signature.name = "body"
+    fdef.signature.input_arg.add(name="a")
+    fdef.signature.output_arg.add(name="out")
+    fdef.node_def.add(name="k", op="Const")
+    fdef.node_def.add(name="m", op="Mul", input=["a", "k:output:0"])
+    fdef.ret["out"] = "m:z:0"
+    v = GraphView(graph)
+    dag = flatten(v)
+    position = {dag.keys[u]: i for i, u in enumerate(dag.order) if dag.keys[u] is not None}
+    assert position["x"] < position["body:m"] < position["call"] < position["y"]
+    assert position["body:k"] > position["x"]  # a body root waits for the call to start
+    assert dag.first["body:m"] in dag.preds[dag.first["call"]]
+    p = plan(v, 2)
+    assert "body:a" not in p  # virtual argument nodes are never assigned
+
+
+def test_v1_while_loop_back_edges_do_not_make_a_cycle():
+    v = view([("x", "Placeholder", []), ("enter", "Enter", ["x"]), ("merge", "Merge", ["enter", "next"]),
+              ("body", "Relu", ["merge"]), ("next", "NextIteration", ["body"]), ("exit", "Exit", ["merge"])])
+    dag = flatten(v)
+    order = [dag.keys[u] for u in dag.order]
+    assert order.index("merge") < order.index("body") < order.index("next")
+
+
+@pytest.mark.parametrize("name", ["linreg_tf1", "towers_tf1", "towers_tf2", "stage_tf1", "stage_tf2", "deepfm_tf1", "deepfm_tf2"])
+def test_chains_on_sample_models_verifies(msopt, sample, tmp_path, name):
+    out = tmp_path / "out"
+    result = msopt("partition", sample(name), "--streams", 4, "--policy", "chains", "--placement", "device",
+                   "--device-type", "cpu", "-o", out, "--verify", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["verify"]["ok"]
+    assert sum(1 for n in doc["nodes_per_stream"] if n) > 1  # the samples all have independent branches
+
+
+def test_chains_on_mobilenet_v2_verifies(msopt, mobilenet_v2, tmp_path):
+    result = msopt("partition", mobilenet_v2, "--streams", 4, "--policy", "chains", "--placement", "device",
+                   "--device-type", "cpu", "-o", tmp_path / "out", "--verify", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["verify"]["ok"] and len([n for n in doc["nodes_per_stream"] if n]) == 4
