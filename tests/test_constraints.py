@@ -266,7 +266,8 @@ def test_host_only_plan_verifies(msopt, tmp_path):
 def deepfm_consts(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("const")
     view = view_of("deepfm_tf1")
-    raw = {n.key: 1 for n in view.real_nodes() if n.op == "FloorMod"}  # the hashing; its modulus Const stays on 0
+    raw = {n.key: 1 for n in view.real_nodes() if n.op == "FloorMod"}  # the hashing on stream 1,
+    raw.update({n.key: 0 for n in view.real_nodes() if n.name.endswith("_embedding/Const")})  # its modulus pinned on 0
     plan, _ = apply(view, raw, 2)
     copies = const_copies(view, plan)
     return plan, copies, run_probe(write(tmp, "deepfm_tf1", plan, "copies", copies)), run_probe(write(tmp, "deepfm_tf1", plan, "single"))
