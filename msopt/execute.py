@@ -202,16 +202,18 @@ class Executable:
         return lambda: dict(zip(keys, call(*values)))
 
     def tensor_step(self, fetch_names, feed_names, options=None, run_metadata=None):
-        """A Session callable from tensor names to tensor names (any tensor of the graph may be fed)."""
+        """A Session call from tensor names to tensor names (any tensor of the graph may be fed).
+
+        Session.run with a feed dict, not make_callable: measured faster for models with many
+        inputs (make_callable copies each fed array), and what a plain TensorFlow loop does.
+        """
         if getattr(self, "session", None) is None:
             raise InputError("running by tensor name needs a Session (TF1 graph or session_config)")
         with self.graph.as_default():
             fetches = [self.graph.get_tensor_by_name(n) for n in fetch_names]
             feed_list = [self.graph.get_tensor_by_name(n) for n in feed_names]
-        call = self.session.make_callable(fetches, feed_list=feed_list, accept_options=options is not None)
-        if options is None:
-            return call
-        return lambda *values: call(*values, options=options, run_metadata=run_metadata)
+        run = self.session.run
+        return lambda *values: run(fetches, dict(zip(feed_list, values)), options=options, run_metadata=run_metadata)
 
     def close(self):
         if getattr(self, "session", None) is not None:
