@@ -1,7 +1,8 @@
 """A simulated run as Chrome trace-event JSON (chrome://tracing, Perfetto): one track per stream, waits as flows.
 
 Tracks: one per stream with a slice per kernel, and one for the cross-stream syncs and
-device-to-device copies. Each cross-stream wait is a flow arrow from the producing kernel to the consuming kernel.
+device-to-device copies (async slices: copies overlap). Each cross-stream wait between kernels is
+a flow arrow from the producing kernel to the consuming kernel (through pass-through ops).
 Times are microseconds, as the trace-event format wants.
 """
 
@@ -28,19 +29,39 @@ def chrome_trace(result, name=None):
                        "tid": result.stream_of[i], "ts": result.start[i], "dur": max(result.end[i] - result.start[i], 0.0),
                        "args": {"node": keys[i], "op": ops[i], "standalone_us": round(cm.duration[i], 3),
                                 "gpu_share": round(cm.share[i], 4)}})
+    succ = cm.successors()
     for k, wait in enumerate(result.waits):
         src, dst = wait["src"], wait["dst"]
-        label = f"{keys[src]} -> stream {wait['dst_stream']}"
-        events.append({"name": "copy" if wait["bytes"] else "sync", "cat": "wait", "ph": "X", "pid": PID,
-                       "tid": copy_track, "ts": wait["at_us"], "dur": max(wait["ready_us"] - wait["at_us"], 0.0),
-                       "args": {"from": keys[src], "to": keys[dst], "bytes": wait["bytes"], "detail": label}})
-        if cm.kernel[src] and cm.kernel[dst]:
+        # The copy (or bare sync) as an async slice: copies overlap in time, which thread slices may not.
+        copy = {"name": f"{'copy' if wait['bytes'] else 'sync'} to stream {wait['dst_stream']}", "cat": "wait",
+                "id": k, "pid": PID, "tid": copy_track}
+        events.append({**copy, "ph": "b", "ts": wait["at_us"],
+                       "args": {"from": keys[src], "to": keys[dst], "bytes": wait["bytes"]}})
+        events.append({**copy, "ph": "e", "ts": max(wait["ready_us"], wait["at_us"])})
+        consumer = _first_kernel(cm, succ, result.stream_of, dst)
+        if cm.kernel[src] and consumer is not None:
             src_end = result.end[src]
             src_ts = max(result.start[src], src_end - min(0.001, (src_end - result.start[src]) / 2))
             events.append({"name": "wait", "cat": "wait", "ph": "s", "id": k, "pid": PID, "tid": wait["src_stream"],
                            "ts": src_ts})
             events.append({"name": "wait", "cat": "wait", "ph": "f", "bp": "e", "id": k, "pid": PID,
-                           "tid": wait["dst_stream"], "ts": result.start[dst]})
+                           "tid": wait["dst_stream"], "ts": result.start[consumer]})
     report = result.report()
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {key: value for key, value in report.items() if not isinstance(value, list)}}
+
+
+def _first_kernel(cm, succ, stream_of, task, hops=8):
+    """``task`` if it launches a kernel, else the first kernel it feeds on its own stream (a few hops), else None."""
+    stream = stream_of[task]
+    frontier = [task]
+    for _ in range(hops):
+        nxt = []
+        for i in frontier:
+            if cm.kernel[i]:
+                return i
+            nxt.extend(j for j, _ in succ[i] if stream_of[j] == stream)
+        frontier = nxt[:64]
+        if not frontier:
+            return None
+    return None

@@ -233,6 +233,9 @@ def test_timeline_is_chrome_trace_with_a_track_per_stream_and_flows():
     slices = [e for e in events if e["ph"] == "X" and e["cat"] != "wait"]
     assert len(slices) == sum(cm.kernel)
     assert {e["tid"] for e in slices} == {0, 1}
+    begins = [e for e in events if e["ph"] == "b"]
+    assert len(begins) == len(r.waits) == len([e for e in events if e["ph"] == "e"]) > 0
+    assert all(e["args"]["bytes"] >= 0 for e in begins)
     starts = [e for e in events if e["ph"] == "s"]
     ends = [e for e in events if e["ph"] == "f"]
     assert starts and len(starts) == len(ends) and {e["id"] for e in starts} == {e["id"] for e in ends}
