@@ -203,19 +203,24 @@ def callee_arguments(view, node):
 
 
 def frame_links(view):
-    """Every node reached from a TF1 loop's Enter nodes before the matching Exit, with that Enter."""
-    for enter in view.real_nodes():
-        if enter.op not in LOOP_ENTRY:
-            continue
-        seen = {enter.key}
-        stack = [(enter.key, 1)]
+    """Every node reached from a TF1 loop's Enter nodes before the matching Exit, with one Enter of that frame."""
+    frames = defaultdict(list)  # (function, frame_name) -> Enter keys
+    for node in view.real_nodes():
+        if node.op in LOOP_ENTRY:
+            frames[node.function, node.proto.attr["frame_name"].s].append(node.key)
+    for enters in frames.values():
+        first = enters[0]
+        seen = set(enters)
+        for key in enters[1:]:
+            yield first, key
+        stack = [(key, 1) for key in enters]
         while stack:
             key, depth = stack.pop()
             for consumer in view.nodes[key].outputs:
                 if consumer in seen:
                     continue
                 seen.add(consumer)
-                yield enter.key, consumer
+                yield first, consumer
                 op = view.nodes[consumer].op
                 inner = depth + (op in LOOP_ENTRY) - (op in LOOP_EXIT)
                 if inner > 0:
