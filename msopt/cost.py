@@ -288,15 +288,6 @@ class CostModel:
             self._bound = lower_bound(self)
         return self._bound
 
-    def bytes_of(self, task, port=0):
-        outs = self.out_bytes[task]
-        return outs[port] if port < len(outs) else 0
-
-    def describe(self):
-        return {"target": self.target.name, "target_description": self.target.description, "batch_size": self.batch_size,
-                "signature": self.signature, "ops_run": len(self), "kernels": sum(self.kernel),
-                "ops_with_unknown_shape": self.unknown_shapes, "ops_measured": self.measured}
-
 
 # -- what runs -----------------------------------------------------------------------------------------
 def _roots(view, model, signature):
