@@ -78,6 +78,28 @@ def test_chains_are_paths_of_the_graph_so_no_concurrency_is_lost():
             assert a in dag.preds[b]  # consecutive ops of a chain are joined by an edge: ordered anyway
 
 
+def minimum_path_cover(dag):
+    """n minus a maximum matching of (vertex, successor) pairs: Kuhn's exact algorithm, fine for small graphs."""
+    matched = {}
+
+    def augment(u, seen):
+        for w in dag.succs[u]:
+            if w not in seen:
+                seen.add(w)
+                if w not in matched or augment(matched[w], seen):
+                    matched[w] = u
+                    return True
+        return False
+
+    return len(dag) - sum(augment(u, set()) for u in range(len(dag)))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_path_cover_is_within_three_percent_of_the_minimum(seed):
+    dag = flatten(random_layered(600, seed))
+    assert len(set(path_cover(dag))) <= 1.03 * minimum_path_cover(dag)
+
+
 def test_folding_never_exceeds_the_stream_count():
     v = random_layered(2000, seed=2)
     for streams in (1, 2, 3, 8):
