@@ -313,3 +313,22 @@ def test_stream_out_of_range_names_node_and_rule(msopt, tmp_path):
     line = done.stderr.strip()
     assert line.count("\n") == 0 and line.startswith("msopt: error: node 'tower_1/")
     assert "stream 5 from rule 2 (second tower)" in line and f"{rules}:4" in line and "[0, 2)" in line
+
+
+def test_tf_keras_model_plan_is_honoured_only_with_saved_variable_devices(msopt, mobilenet_v2, tmp_path):
+    """A tf-keras model (one function per layer): every planned read runs where planned once the variables move."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text('rules:\n  - match: "block_1[0-6].*"\n    stream: 1\n  - op: [DepthwiseConv2dNative]\n    stream: 2\n')
+    out = tmp_path / "out"
+    done = msopt("partition", mobilenet_v2, "-n", "3", "--rules", rules, "--placement", "device", "--device-type", "cpu",
+                 "-o", out, "--json")
+    assert done.returncode == 0, done.stderr
+    view = GraphView(load(out).graph_def)
+    planned = {n.key: n.stream for n in view.real_nodes()
+               if n.stream is not None and not n.function.startswith("__inference__traced")}
+    reads = {k: s for k, s in planned.items() if view.nodes[k].op == "ReadVariableOp" and s != 0}
+    honoured, default = run_probe(out, devices=3, mode="tf2-devices"), run_probe(out, devices=3, mode="tf2")
+    assert len(reads) > 50
+    assert mismatches(planned, honoured["executed"]) == {}
+    moved = mismatches(reads, default["executed"])  # default load: variables on CPU:0, and their reads with them
+    assert len(moved) > 50 and set(moved.values()) == {0}
