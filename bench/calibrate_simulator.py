@@ -9,9 +9,11 @@ plan next to the published ratio. Target: within +-25% of the published ratio.
 
 One constant of the cost model, GEMM_OUTPUTS_PER_THREAD, is fitted to Inception-v3's published
 *sequential latency* (6.51 ms), not to any ratio; the four ratios are predictions. `--sweep` shows
-how the predictions move with that constant.
+how the predictions move with that constant. `--scale N` instead times the cost model and the
+simulator on a synthetic layered DAG of N elementwise ops (CPU seconds, peak memory).
 
     python bench/calibrate_simulator.py [--sweep] [--json]
+    python bench/calibrate_simulator.py --scale 1000000
 """
 import argparse
 import json
@@ -68,11 +70,61 @@ def predict(view, model, streams=STREAMS, batch_size=1):
     return cm, single, plans
 
 
+def synthetic_graph(nodes, width=50, seed=1):
+    """A layered DAG: ``width`` placeholders, then elementwise ops reading 1 or 2 of the last 3 layers."""
+    import random
+
+    from msopt import protos
+
+    rng = random.Random(seed)
+    graph = protos.GraphDef()
+    for i in range(nodes):
+        node = graph.node.add(name=f"n{i}")
+        node.attr["T"].type = 1
+        if i < width:
+            node.op = "Placeholder"
+            node.attr["dtype"].type = 1
+            node.attr["shape"].shape.dim.add(size=-1)
+            node.attr["shape"].shape.dim.add(size=64)
+            continue
+        node.op = rng.choice(("Relu", "AddV2", "Tanh", "AddV2"))
+        for _ in range(2 if node.op == "AddV2" else 1):
+            node.input.append(f"n{rng.randint(max(0, i - 3 * width), i - 1)}")
+    return graph
+
+
+def scale(nodes):
+    import resource
+
+    graph = synthetic_graph(nodes)
+    view = GraphView(graph)
+    clock = time.process_time
+    started = clock()
+    cm = CostModel(view, None, target="v100", batch_size=32)
+    built = clock() - started
+    started = clock()
+    one = simulate(view, {}, 1, cm)
+    single = clock() - started
+    spread = {key: (index * 7919) % 8 for index, key in enumerate(view.nodes)}  # scattered, deterministic
+    started = clock()
+    eight = simulate(view, spread, 8, cm)
+    multi = clock() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"ops": len(cm), "cost_model_s": round(built, 2), "simulate_one_stream_s": round(single, 2),
+            "simulate_eight_streams_s": round(multi, 2), "cross_stream_waits": eight.syncs,
+            "makespan_ms": [round(one.makespan_us / 1e3, 3), round(eight.makespan_us / 1e3, 3)],
+            "peak_rss_mb": round(peak)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="also vary GEMM_OUTPUTS_PER_THREAD")
+    parser.add_argument("--scale", type=int, default=None, metavar="N", help="time the simulator on N synthetic ops")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args()
+    if args.scale:
+        print(json.dumps(scale(args.scale), indent=None if not args.json else 2))
+        return
     rows = []
     loaded = {}
     for name, ios_name, seq, best in MODELS:
