@@ -98,14 +98,18 @@ class Executable:
     """A loaded model whose signatures can be run on numpy feeds."""
 
     def __init__(self, model, devices, device_type="cpu", soft_placement=False, variable_values=None,
-                 session_config=None):
-        """``session_config`` (a ConfigProto) runs every format, TF2 SavedModels too, in a v1 Session."""
+                 session_config=None, eager=False):
+        """``session_config`` (a ConfigProto whose devices the caller configured) runs every format in a v1
+        Session, TF2 SavedModels too; with ``eager`` a TF2 SavedModel's functions run eagerly instead."""
         self.tf = tf = import_tensorflow()
         self.model = model
         self.specs = signature_specs(model)
         self._session_config = session_config
-        if model.format == "saved_model" and model.is_tf2 and session_config is None:
-            configure_logical_devices(tf, devices, device_type)
+        if model.format == "saved_model" and model.is_tf2 and (session_config is None or eager):
+            if session_config is None:
+                configure_logical_devices(tf, devices, device_type)
+            else:
+                soft_placement = session_config.allow_soft_placement
             tf.config.set_soft_device_placement(soft_placement)
             self._load_tf2()
         else:

@@ -290,7 +290,7 @@ def _run_stage(runner, view, name, feeds, expected, o):
     from msopt.verify import compare_outputs
 
     boundary = o["stage_boundary"].split(",") if o["stage_boundary"] else _boundary_from_rule(view, runner)
-    split = SessionSplit(runner.executable, name, boundary)
+    split = SessionSplit(runner.session_executable, name, boundary)
     count, n = o["iterations"], len(feeds)
     for i in range(min(o["warmup"], n)):
         split.downstream(split.upstream(feeds[i]), feeds[i])

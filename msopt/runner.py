@@ -2,9 +2,10 @@
 
 Stream ids turn into device strings before TensorFlow optimizes the graph (grappler's fusions drop
 ``_stream_id`` but keep devices). On a GPU each stream is a virtual GPU of its own (one compute
-stream each); on the CPU each stream is a logical CPU device: the same code path. Every format,
-TF2 SavedModels included, runs in a v1 Session built from that device configuration, so that
-TensorFlow's step statistics report where each op really ran.
+stream each); on the CPU each stream is a logical CPU device: the same code path. TF1 graphs run
+in a v1 Session built from that device configuration; TF2 SavedModels run their signature
+functions eagerly, as a plain TensorFlow loop does, and for traces and profiles also in such a
+Session, whose step statistics report where each op really ran.
 """
 import os
 import tempfile
@@ -205,7 +206,7 @@ def _r(x):
 
 # -- one process, end to end ---------------------------------------------------------------------------
 class Runner:
-    """A model placed on ``streams`` devices and loaded in a Session, ready to run one signature."""
+    """A model placed on ``streams`` devices and loaded in TensorFlow, ready to run its signatures."""
 
     def __init__(self, model, view, streams, device="auto", memory_fraction=None, allow_growth=False,
                  priorities=None, intra_op_threads=0, inter_op_threads=0):
@@ -217,12 +218,23 @@ class Runner:
         self.model, self.partition, self.merges = place(model, view, streams, self.device_type, self._workdir.name)
         self.view = view
         self.streams = streams
-        self.executable = Executable(self.model, streams, self.device_type, session_config=self.config)
+        # TF2 SavedModels run their signature functions eagerly, as a plain TensorFlow loop does.
+        self.executable = Executable(self.model, streams, self.device_type, session_config=self.config, eager=True)
         self.specs = self.executable.specs
+        self._session = None
+
+    @property
+    def session_executable(self):
+        """The model in a v1 Session (TF2 too: functions inlined), for step statistics and cutting at tensors."""
+        if getattr(self.executable, "session", None) is not None:
+            return self.executable
+        if self._session is None:
+            self._session = Executable(self.model, self.streams, self.device_type, session_config=self.config)
+        return self._session
 
     def load_other(self, model):
-        """Another model (e.g. the unpartitioned original) in a Session with the same configuration."""
-        return Executable(model, self.streams, self.device_type, session_config=self.config)
+        """Another model (e.g. the unpartitioned original) with the same device configuration."""
+        return Executable(model, self.streams, self.device_type, session_config=self.config, eager=True)
 
     def traced_steps(self, signature, feeds, count):
         """RunMetadata of ``count`` fully traced steps (step statistics, per device)."""
@@ -230,7 +242,7 @@ class Runner:
         spec = self.specs[signature]
         options = v1.RunOptions(trace_level=v1.RunOptions.FULL_TRACE)
         metadata = v1.RunMetadata()
-        call = self.executable.tensor_step([o["name"] for o in spec["outputs"].values()],
+        call = self.session_executable.tensor_step([o["name"] for o in spec["outputs"].values()],
                                            [spec["inputs"][k]["name"] for k in feeds], options, metadata)
         collected = []
         for _ in range(count):
@@ -240,4 +252,6 @@ class Runner:
 
     def close(self):
         self.executable.close()
+        if self._session is not None:
+            self._session.close()
         self._workdir.cleanup()
