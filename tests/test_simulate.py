@@ -158,6 +158,14 @@ def test_no_kernel_ops_pass_data_through_in_zero_time():
     assert sum(r.cost_model.kernel) == 2
 
 
+def test_events_list_every_kernel_in_start_order():
+    r = run(chains(SMALL), {"c": 1, "d": 1}, 2, TEN)
+    events = r.events()
+    assert [(e["key"], e["stream"]) for e in events] == [("a", 0), ("c", 1), ("b", 0), ("d", 1)]
+    assert [(e["start_us"], e["end_us"]) for e in events] == [(0, 10), (0, 10), (10, 20), (10, 20)]
+    assert all(e["op"] == "Relu" for e in events)
+
+
 def test_out_of_range_stream_is_refused():
     with pytest.raises(ValueError, match="outside"):
         run(chains(SMALL), {"c": 2}, 2, TEN)
