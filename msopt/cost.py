@@ -176,7 +176,7 @@ class CostModel:
         self.tasks = _flatten(view, roots)
         t = self.tasks
         n = len(t.key)
-        self.shapes = _shapes(view, t, feeds, batch_size)  # per task: [(dtype, shape or None)] by output index
+        self.shapes = _shapes(view, t, feeds)  # per task: [(dtype, shape or None)] by output index
         measured = load_costs(costs) if isinstance(costs, (str, bytes)) or hasattr(costs, "__fspath__") else (costs or {})
         self.duration = [0.0] * n  # standalone microseconds
         self.share = [0.0] * n  # fraction of the GPU the kernel occupies
@@ -529,24 +529,31 @@ def _topological(t):
 
 
 # -- shapes --------------------------------------------------------------------------------------------
-def _shapes(view, t, feeds, batch_size):
-    """Per task, [(dtype, shape)] by output index: recorded shapes first, then propagation."""
+def _shapes(view, t, feeds):
+    """Per task, [(dtype, shape)] by output index: signature inputs, recorded shapes, then propagation."""
+    nodes = view.nodes
     result = []
-    for i in range(len(t.key)):
-        node = view.nodes[t.key[i]]
+    append = result.append
+    for i, key in enumerate(t.key):
+        node = nodes[key]
         proto = node.proto
+        if feeds and node.function == MAIN and node.name in feeds:
+            append([feeds[node.name]])
+            continue
         recorded = _recorded_shapes(proto)
         dtypes = _output_dtypes(proto)
-        ins = [result[s][p] if p < len(result[s]) else ("float", None) for s, p in t.inputs[i]]
-        if node.function == MAIN and node.name in feeds:
-            dtype, shape = feeds[node.name]
-            outs = [(dtype, shape)]
-        elif recorded is not None and all(s is not None for s in recorded):
-            outs = [(dtypes[k] if k < len(dtypes) else (ins[0][0] if ins else "float"), s) for k, s in enumerate(recorded)]
-        else:
-            in_protos = [view.nodes[t.key[s]].proto for s, _ in t.inputs[i]]
-            outs = _propagate(node.op, proto, ins, dtypes, in_protos)
-        result.append(outs)
+        if recorded is not None and None not in recorded:
+            if len(dtypes) < len(recorded):  # dtypes not in the attributes: the first input's, else float
+                inputs = t.inputs[i]
+                first = result[inputs[0][0]] if inputs else ()
+                port = inputs[0][1] if inputs else 0
+                fallback = first[port][0] if port < len(first) else "float"
+                dtypes = dtypes + [dtypes[0] if dtypes else fallback] * (len(recorded) - len(dtypes))
+            append(list(zip(dtypes, recorded)))
+            continue
+        ins = [result[src][port] if port < len(result[src]) else ("float", None) for src, port in t.inputs[i]]
+        in_protos = [nodes[t.key[src]].proto for src, _ in t.inputs[i]]
+        append(_propagate(node.op, proto, ins, dtypes, in_protos))
     return result
 
 
