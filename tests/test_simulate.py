@@ -291,3 +291,21 @@ def test_partition_report_carries_the_simulated_figures(msopt, tmp_path):
     sim = json.loads(result.stdout)["simulated"]
     assert sim["target"] == "v100" and sim["batch_size"] == 4 and sim["streams"] == 2
     assert sim["syncs"] >= 1 and sim["makespan_ms"] >= sim["lower_bound_ms"]
+
+
+def test_times_measured_by_the_runner_drive_the_simulation(msopt, tmp_path):
+    """msopt run --profile writes real per-op times (TensorFlow on the CPU here); simulate --costs reads them."""
+    profile = tmp_path / "costs.json"
+    ran = msopt("run", SAMPLES / "towers_tf2", "--device", "cpu", "--iterations", 2, "--warmup", 1, "--batch-size", 4,
+                "--profile", profile, "--json")
+    assert ran.returncode == 0, ran.stderr
+    measured = json.loads(profile.read_text())
+    assert measured["unit"] == "us" and measured["ops"]
+    result = msopt("simulate", SAMPLES / "towers_tf2", "--streams", 2, "--policy", "none", "--batch-size", 4,
+                   "--costs", profile, "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    model = load(SAMPLES / "towers_tf2")
+    cm = CostModel(GraphView(model.graph_def), model, target="h100", batch_size=4, costs=str(profile))
+    assert doc["ops_measured"] == cm.measured > 0
+    assert doc["single_stream_ms"] == pytest.approx(cm.single_stream_us() / 1e3, rel=1e-6)
