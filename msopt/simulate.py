@@ -11,16 +11,18 @@ Public API (stable; the rules, the partition report and the visualizer call it):
                          #  "copy_bytes", "stream_busy_ms": [...], "streams", "target", "batch_size", ...}
     result.makespan_us   # the same figures as attributes, in microseconds
     result.events()      # [{"key", "op", "stream", "start_us", "end_us"}] for every op that launches a kernel
-    result.waits         # [{"src", "dst", "src_stream", "dst_stream", "at_us", "ready_us", "bytes"}] per cross-stream wait
+    result.waits         # [{"src", "dst", "src_stream", "dst_stream", "at_us", "ready_us", "bytes"}] per cross-stream
+                         #  wait; src and dst are task ids (cost_model.tasks.key[i] is the node key)
+    result.start, result.end, result.stream_of   # per task id, microseconds and stream
 
 The partition maps node keys to streams. An op inside a function body that the partition does not
 name runs where its caller runs (TensorFlow places a called function's unplaced ops on the call's
 device); anything else absent runs on stream 0.
 
 The model of the machine (assumptions in the README):
-  - ``target.launch_threads`` host threads (default 1) launch kernels, ``target.launch_us`` each,
-    in the order their inputs become ready on the host (TensorFlow's executor: a GPU op's output is ready on the host as
-    soon as its kernel is enqueued; a cross-stream input only once the copy is done).
+  - ``target.launch_threads`` host threads (default 1) launch kernels, ``target.launch_us`` each, in
+    the order their inputs become ready on the host (TensorFlow's executor: a GPU op's output is
+    ready on the host as soon as its kernel is enqueued; a cross-stream input once the copy is done).
   - Each stream runs its kernels in launch order, one after another.
   - A cross-stream data edge costs an event sync (``target.sync_us``) and a device-to-device copy
     of the tensor (``copy_latency_us`` + bytes / copy bandwidth), once per tensor and destination
