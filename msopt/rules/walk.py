@@ -196,8 +196,8 @@ def longest_to_sink(dag, cost):
 
 
 def vertex_costs(view, dag, options):
-    """Per-vertex time: the cost model's when one is given in options.extra['costs'] ({key: ms}), else unit work."""
-    given = options.extra.get("costs") if options.extra else None
+    """Per-vertex time: options.extra['node_costs'] ({key: time}, auto passes the cost model's) if given, else unit work."""
+    given = options.extra.get("node_costs") if options.extra else None
     nodes = view.nodes
     if given is not None:
         return [given.get(key, 0.0) if key is not None else 0.0 for key in dag.keys]
