@@ -285,19 +285,26 @@ def _trace(runner, name, feeds, o):
     return result
 
 
-def _run_stage(runner, view, name, feeds, expected, o):
-    from msopt.stage_pipeline import SessionSplit, StagePipeline
+def _run_stage(runner, view, name, feeds, model_outputs, o):
+    from msopt.stage_pipeline import SessionSplit, StagePipeline, boundary_tensors, cuttable
     from msopt.verify import compare_outputs
 
-    boundary = o["stage_boundary"].split(",") if o["stage_boundary"] else _boundary_from_rule(view, runner)
-    split = SessionSplit(runner.session_executable, name, boundary)
+    executable, names = cuttable(runner, name)
+    if o["stage_boundary"]:
+        boundary = boundary_tensors(executable.graph, names, given=o["stage_boundary"].split(","))
+    else:
+        boundary = boundary_tensors(executable.graph, names, edges=_stage_rule_edges(view))
+    split = SessionSplit(executable, name, boundary)
     count, n = o["iterations"], len(feeds)
+    # The unpipelined run: the whole signature on the same graph, record by record.
+    whole = [executable.step(name, f)() for f in feeds]
+    model_diff = max(compare_outputs(m, w)[1] for m, w in zip(model_outputs, whole))
     for i in range(min(o["warmup"], n)):
         split.downstream(split.upstream(feeds[i]), feeds[i])
     mismatches = []
 
-    def deliver(i, outputs):
-        if i < n and not compare_outputs(expected[i], outputs)[0]:
+    def deliver(i, outputs):  # every record, in the order delivered, against its own unpipelined outputs
+        if not compare_outputs(whole[i % n], outputs)[0]:
             mismatches.append(i)
 
     pipeline = StagePipeline(lambda i: (i, split.upstream(feeds[i % n])),
@@ -308,22 +315,20 @@ def _run_stage(runner, view, name, feeds, expected, o):
     stats["identical_to_unpipelined"] = not mismatches
     if mismatches:
         raise CheckFailed(f"--stage: record {mismatches[0]} differs from the unpipelined run")
-    return {**split.describe(), **stats}
+    frozen = executable is not runner.session_executable
+    return {**split.describe(), **stats, "graph": "frozen copy of the TF2 signature" if frozen else "the model's graph",
+            "max_abs_diff_to_model": model_diff}
 
 
-def _boundary_from_rule(view, runner):
-    """Tensors from the stage rule's stage stream into the rest (the rule marks the input subgraph)."""
+def _stage_rule_edges(view):
+    """Edges from the stage rule's stage stream into the rest (the rule marks the input subgraph)."""
     from msopt.rules import POLICIES, PartitionOptions, run_policy
 
     if "stage" not in POLICIES:
         raise InputError("--stage needs --stage-boundary (the stage rule is not available)")
     plan = run_policy("stage", view, PartitionOptions(streams=2))
-    boundary = sorted({f"{src}:{port}" for node in view.real_nodes() if plan.get(node.key, 0) == 0
-                       for src, port in node.inputs if plan.get(src, 0) != 0 and ":" not in src})
-    if not boundary:
-        raise InputError("--stage: the stage rule found no boundary in the main graph (a TF2 SavedModel keeps its "
-                         "ops inside functions, where a Session cannot cut; --stage runs TF1 graphs)")
-    return boundary
+    return [(src, node.key) for node in view.real_nodes() if plan.get(node.key, 0) == 0
+            for src, _ in node.inputs if plan.get(src, 0) != 0]
 
 
 def _first_line(error):

@@ -143,8 +143,7 @@ class SessionSplit:
                     "downstream": sum(1 for op in down.values() if op.type not in SOURCE_OPS),
                     "shared": sum(1 for name, op in down.items() if name in up and op.type not in SOURCE_OPS)}
         if not self.ops["upstream"]:
-            raise InputError("--stage: no op computes upstream of the boundary, nothing to pipeline (a TF2 SavedModel "
-                             "keeps its ops inside functions, where a Session cannot cut; --stage runs TF1 graphs)")
+            raise InputError("--stage: no op computes upstream of the boundary, nothing to pipeline")
         names = [t.name for t in self.boundary]
         self._up = executable.tensor_step(names, [spec["inputs"][k]["name"] for k in self.inputs])
         self._down = executable.tensor_step([spec["outputs"][k]["name"] for k in self.outputs],
@@ -170,8 +169,8 @@ def _tensor(graph, name):
     try:
         return graph.get_tensor_by_name(full)
     except (KeyError, ValueError):
-        raise InputError(f"--stage-boundary: no tensor '{name}' in the graph the Session runs "
-                         "(TF2 SavedModels keep their ops inside functions, where a Session cannot cut)") from None
+        raise InputError(f"--stage-boundary: no tensor '{name}' in the model (give a tensor name, a node key "
+                         "'function:node[:port]', or a node name found in one function only)") from None
 
 
 def _ancestors(tensors, stop):
@@ -195,3 +194,69 @@ def _ancestors(tensors, stop):
                 pending.append(t.op)
         pending.extend(op.control_inputs)
     return seen, reached
+
+
+# -- where to cut: a graph a Session can cut, and the boundary tensors in it -------------------------------
+def cuttable(runner, signature):
+    """(executable whose Session graph holds every op of ``signature``, {view key: op name in that graph}).
+
+    A TF1 graph is itself. A TF2 signature is frozen into one flat graph (its function calls
+    inlined, variables turned into constants, devices kept) and loaded in a Session configured
+    like the runner's: its ops are named by their call path from the signature's function.
+    """
+    from msopt.trace import executed_names
+
+    if not (runner.model.format == "saved_model" and runner.model.is_tf2):
+        return runner.session_executable, executed_names(runner.view)
+    from msopt import protos
+    from msopt.execute import Executable
+    from msopt.load import Model
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2_as_graph
+
+    tf = runner.tf
+    function = runner.executable._loaded.signatures[signature]
+    frozen, graph_def = convert_variables_to_constants_v2_as_graph(function)
+    meta = protos.MetaGraphDef()
+    meta.graph_def.ParseFromString(graph_def.SerializeToString())
+    executable = Executable(Model(runner.model.path, "graph_def", False, meta), runner.streams, runner.device_type,
+                            session_config=runner.config)
+    spec = runner.specs[signature]
+    inputs = function.structured_input_signature[1]
+    outputs = dict(zip(tf.nest.flatten(sorted(function.structured_outputs)), frozen.outputs))
+    executable.specs = {signature: {
+        "inputs": {k: {**v, "name": f"{inputs[k].name}:0"} for k, v in spec["inputs"].items()},
+        "outputs": {k: {**v, "name": outputs[k].name} for k, v in spec["outputs"].items()},
+    }}
+    call = runner.view.nodes[spec["outputs"][next(iter(spec["outputs"]))]["name"].split(":")[0]]
+    names = executed_names(runner.view, root=call.calls[0])
+    return executable, names
+
+
+def boundary_tensors(graph, names, given=None, edges=None):
+    """Tensor names in ``graph`` for ``given`` names (tensors of the graph, or view keys with an optional
+    ':port') or for ``edges`` (source key, destination key) of the view ({view key: op name} ``names``)."""
+    from msopt.errors import InputError
+
+    ops = {key: name for name, key in names.items()}
+    by_name = {}
+    for key in ops:
+        by_name.setdefault(key.rpartition(":")[2], []).append(key)
+    found = []
+    for name in given or ():
+        name = name.strip()
+        base, _, port = name.rpartition(":")
+        key, port = (base, port) if port.isdigit() else (name, "0")
+        if key not in ops and len(by_name.get(key, ())) == 1:
+            key = by_name[key][0]  # a node name found in exactly one function body
+        found.append(f"{ops[key]}:{port}" if key in ops else name)
+    for src, dst in edges or ():
+        if src not in ops or dst not in ops:
+            continue
+        try:
+            consumer = graph.get_operation_by_name(ops[dst])
+        except KeyError:
+            continue  # folded away when the graph was frozen
+        found.extend(t.name for t in consumer.inputs if t.op.name == ops[src])
+    if edges is not None and not found:
+        raise InputError("--stage: the stage rule found no boundary in the graph that runs; give --stage-boundary")
+    return sorted(set(found), key=found.index)

@@ -9,13 +9,16 @@ from collections import defaultdict
 from msopt.graph import MAIN
 
 
-def executed_names(view):
-    """{name a Session gives an executed node: view key}, following function calls from the main graph."""
+def executed_names(view, root=MAIN):
+    """{name a Session gives an executed node: view key}, following function calls from ``root``.
+
+    ``root`` a function name: the names a frozen copy of that function has (its calls inlined).
+    """
     by_function = defaultdict(list)
     for node in view.real_nodes():
         by_function[node.function].append(node)
     names = {}
-    pending = [(MAIN, "", 0)]
+    pending = [(root, "", 0)]
     while pending:
         function, prefix, depth = pending.pop()
         for node in by_function.get(function, ()):
