@@ -63,6 +63,8 @@ def test_four_cpu_streams_equal_the_plain_run_and_each_stream_runs_on_its_device
     assert profile["unit"] == "us" and set(profile["ops"]) <= set(view.nodes)
     assert all(us >= 0 for us in profile["ops"].values()) and sum(profile["ops"].values()) > 0
     assert doc["profile"]["ops"] == len(profile["ops"])
+    planned = run_msopt("partition", SAMPLES / "towers_tf2", "-n", 2, "--costs", costs, "-o", tmp_path / "p", "--json")
+    assert planned.returncode == 0, planned.stderr  # the costs file is what msopt partition --costs reads
 
 
 def test_tf1_stream_ids_become_devices(tmp_path):
@@ -157,6 +159,11 @@ def test_inputs_from_npz_are_used(tmp_path):
 def test_model_with_ops_that_are_not_installed():
     done = run_json(SAMPLES / "custom_op_tf1", "--device", "cpu", code=2)
     assert "Op type not registered" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_gpu_asked_where_tensorflow_sees_none():
+    done = run_json(SAMPLES / "linreg_tf1", "--device", "gpu", code=2)
+    assert "--device gpu: TensorFlow sees no GPU" in done.stderr and done.stderr.count("\n") == 1
 
 
 def test_help_ends_with_an_example():
