@@ -98,7 +98,8 @@ def run(model, signature, streams, device, batch_size, inputs_npz, records, seed
                 raise InputError(f"{flag} runs in one process: drop --replicas/--mps to use it")
         document = _run_replicas(model, loaded, signature, inputs_npz, mps, mps_threads, replicas)
     else:
-        document = _run_here(loaded, view, locals())
+        options = {**click.get_current_context().params, "streams": streams, "priorities": priorities}
+        document = _run_here(loaded, view, options)
     document["elapsed_s"] = round(time.perf_counter() - started, 3)
     if as_json:
         print_json(document)
@@ -156,7 +157,7 @@ def _worker_args(argv):
 
 
 def _run_here(loaded, view, o):
-    """One process: place, load, check inputs, compare, measure, trace, stage."""
+    """One process: place, load, check inputs, compare, measure, trace, stage (``o``: the command's options)."""
     from msopt.execute import import_tensorflow
     from msopt.inspect import signatures
     from msopt.runner import Runner, batch_of, choose_signature, latency_summary, make_records, measure
