@@ -208,16 +208,16 @@ class Executable:
     def tensor_step(self, fetch_names, feed_names, options=None, run_metadata=None):
         """A Session call from tensor names to tensor names (any tensor of the graph may be fed).
 
-        Session.run with a feed dict, not make_callable: measured faster for models with many
-        inputs (make_callable copies each fed array), and what a plain TensorFlow loop does.
+        Session.run with tensor names, as a plain TensorFlow loop does: measured faster than
+        make_callable (which copies each fed array) and than Tensor objects as keys.
         """
         if getattr(self, "session", None) is None:
             raise InputError("running by tensor name needs a Session (TF1 graph or session_config)")
-        with self.graph.as_default():
-            fetches = [self.graph.get_tensor_by_name(n) for n in fetch_names]
-            feed_list = [self.graph.get_tensor_by_name(n) for n in feed_names]
+        fetches, feed_names = list(fetch_names), list(feed_names)
+        for name in fetches + feed_names:
+            self.graph.get_tensor_by_name(name)  # fail now, not on the first step
         run = self.session.run
-        return lambda *values: run(fetches, dict(zip(feed_list, values)), options=options, run_metadata=run_metadata)
+        return lambda *values: run(fetches, dict(zip(feed_names, values)), options=options, run_metadata=run_metadata)
 
     def close(self):
         if getattr(self, "session", None) is not None:
