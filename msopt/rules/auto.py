@@ -2,17 +2,19 @@
 
 1. The cost model (msopt.cost) flattens one run of the model into op instances with a time,
    a share of the GPU and output bytes, on the target GPU and batch size of the options.
-2. Its own schedule, for k = 2, 4, ... up to N streams: list scheduling in order of the
+2. Its own schedules, for k = 2, 4, ... up to N streams: list scheduling in order of the
    longest remaining path (HEFT's upward rank), each kernel going to the stream where it
-   would finish first, counting the host's serial kernel launches, the in-order queue of each
-   stream, a sync plus a device-to-device copy for each input produced on another stream, and
-   the GPU as a shared resource (a kernel cannot finish before all work issued so far could
-   have run on the whole GPU, so spreading kernels that already fill the GPU gains nothing).
+   would finish first, counting the host's serial kernel launches (which run ahead of the
+   GPU except across streams), the in-order queue of each stream, a sync plus a
+   device-to-device copy for each input produced on another stream, and the GPU as a shared
+   resource (a kernel cannot finish before all work issued so far could have run on the
+   whole GPU, so spreading kernels that already fill the GPU gains nothing); and the same
+   with whole chains (a path cover) placed instead of single ops.
 3. The other rules' plans (chains, embedding, towers, stage, collective) where they apply.
-4. Every candidate and the one-stream plan are run through the simulator (msopt.simulate);
-   the shortest makespan wins, ties going to fewer streams and fewer cross-stream edges. So
-   auto never plans something slower than one stream, and it says when it used fewer
-   streams than it was given because more did not pay (options.notes).
+4. Every candidate goes through the constraints and the simulator (msopt.simulate), next to
+   the one-stream plan; the shortest makespan wins, ties going to fewer streams and fewer
+   syncs. So auto never plans something slower than one stream, and it says when it used
+   fewer streams than it was given because more did not pay (the report's notes).
 """
 import heapq
 from collections import Counter
@@ -136,6 +138,7 @@ def schedule(cost, streams, chained=False, by_rank=True):
                 best = rank[s]
         rank[i] = duration[i] + best
     finish = [0.0] * n
+    issued = [0.0] * n  # when the host launched the op (or passed it through)
     stream_of = [0] * n
     free = [0.0] * streams
     host = 0.0
@@ -157,24 +160,33 @@ def schedule(cost, streams, chained=False, by_rank=True):
             choices.add(idle)
         best = None
         for s in choices:
-            ready = 0.0
+            # The host may launch i once a same-stream input is launched (the stream keeps the order),
+            # but must see a cross-stream input done on the device, synced and copied.
+            host_ready = device_ready = 0.0
             for p in ps:
-                arrive = finish[p] if neutral[p] or stream_of[p] == s else finish[p] + sync + out_bytes[p] * per_byte
-                if arrive > ready:
-                    ready = arrive
+                if neutral[p] or stream_of[p] == s:
+                    if issued[p] > host_ready:
+                        host_ready = issued[p]
+                    if finish[p] > device_ready:
+                        device_ready = finish[p]
+                else:
+                    arrive = finish[p] + sync + out_bytes[p] * per_byte
+                    if arrive > host_ready:
+                        host_ready = arrive
             if kernel[i]:
-                launched = (host if host > ready else ready) + launch
-                end = (free[s] if free[s] > launched else launched) + duration[i]
+                launched = (host if host > host_ready else host_ready) + launch
+                end = max(free[s], launched, device_ready) + duration[i]
                 if work + duration[i] * share[i] > end:
                     end = work + duration[i] * share[i]
             else:
-                launched, end = host, ready
+                launched, end = host_ready, max(host_ready, device_ready)
             key = (end, not any(stream_of[p] == s for p in ps), s)
             if best is None or key < best[0]:
                 best = (key, s, end, launched)
-        _, s, end, host = best
-        stream_of[i], finish[i] = s, end
+        _, s, end, launched = best
+        stream_of[i], finish[i], issued[i] = s, end, launched
         if kernel[i]:
+            host = launched
             free[s] = end
             work += duration[i] * share[i]
     plan = {}
