@@ -20,7 +20,6 @@ The outputs of every record are checked identical between the two runs.
 import argparse
 import importlib.util
 import json
-import math
 import os
 import sys
 import tempfile
@@ -157,18 +156,26 @@ class Bench:
 
 
 def calibrate(tmp, samples, batch_size):
-    """Depth at which the downstream part takes about as long as the preprocessing (linear in depth)."""
-    times = {}
-    for depth in (2, 8):
+    """Depth at which the downstream part takes about as long as the preprocessing.
+
+    A linear fit over two depths, then one check of the chosen depth and a step towards balance.
+    """
+    def measure(depth):
         path = Path(tmp) / f"stage_bench_d{depth}"
-        boundary = build_model(path, depth, samples)
-        bench = Bench(path, boundary, 0, batch_size)
-        times[depth] = bench.part_times(20)
+        bench = Bench(path, build_model(path, depth, samples), 0, batch_size)
+        times = bench.part_times(20)
         bench.runner.close()
-    t_stage = min(t[0] for t in times.values())
-    per_layer = max((times[8][1] - times[2][1]) / 6, 1e-6)
-    base = times[2][1] - 2 * per_layer
-    return max(1, math.ceil((t_stage - base) / per_layer))  # the downstream part a little the longer
+        return times
+
+    low, high = measure(2), measure(8)
+    per_layer = max((high[1] - low[1]) / 6, 1e-6)
+    depth = max(1, round((min(low[0], high[0]) - (low[1] - 2 * per_layer)) / per_layer))
+    t_stage, t_main = measure(depth)
+    if t_main > 1.1 * t_stage and depth > 1:
+        depth -= 1
+    elif t_main < 0.9 * t_stage:
+        depth += 1
+    return depth
 
 
 def one_round(bench, args):
