@@ -141,3 +141,51 @@ def test_builtin_policy_verifies(msopt, sample, tmp_path, name, policy):
     doc = json.loads(result.stdout)
     assert doc["verify"]["ok"]
     assert sum(1 for n in doc["nodes_per_stream"] if n) > 1
+
+
+COLLECTIVE_MODEL = """
+import os, sys; os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import tensorflow as tf
+
+class Model(tf.Module):
+    def __init__(self):
+        self.w = tf.Variable(tf.reshape(tf.range(12, dtype=tf.float32), [4, 3]))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+    def serve(self, x):
+        g = tf.matmul(x, self.w)
+        r = tf.raw_ops.CollectiveReduceV2(input=g, group_size=1, group_key=1, instance_key=1, ordering_token=[],
+                                          merge_op="Add", final_op="Id")
+        return {"y": tf.nn.relu(r) + 1.0}
+
+model = Model()
+tf.saved_model.save(model, sys.argv[1], signatures={"serving_default": model.serve})
+"""
+RUN_ON_TWO_CPUS = """
+import os, sys; os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import numpy as np, tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+model = tf.saved_model.load(sys.argv[1])
+x = np.arange(8, dtype=np.float32).reshape(2, 4)
+print(model.signatures["serving_default"](x=tf.constant(x))["y"].numpy().tobytes().hex())
+"""
+
+
+def test_collective_op_on_its_own_stream_computes_the_same(msopt, tmp_path):
+    # A one-member collective group runs on one CPU. msopt's --verify runs both models in one process,
+    # where the second would join the first one's (full) group, so each model runs in its own process.
+    import subprocess
+    import sys
+
+    original, rewritten = tmp_path / "collective", tmp_path / "collective_ms2"
+    subprocess.run([sys.executable, "-c", COLLECTIVE_MODEL, str(original)], check=True, capture_output=True, timeout=300)
+    result = msopt("partition", original, "--streams", 2, "--policy", "collective", "--placement", "device",
+                   "--device-type", "cpu", "-o", rewritten, "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["nodes_per_stream"][1] == 1
+    moved = [n for n in GraphView(load(rewritten).graph_def).real_nodes() if n.op == "CollectiveReduceV2"]
+    assert [n.device for n in moved] == ["/device:CPU:1"]
+    outputs = [subprocess.run([sys.executable, "-c", RUN_ON_TWO_CPUS, str(path)], check=True, capture_output=True,
+                              text=True, timeout=300).stdout.strip() for path in (original, rewritten)]
+    assert outputs[0] and outputs[0] == outputs[1]
