@@ -78,7 +78,7 @@ def run(model, signature, streams, device, batch_size, inputs_npz, records, seed
 
     \b
     Example:
-      msopt partition sample_models/towers_tf1 -n 2 -o /tmp/towers_ms2
+      msopt partition sample_models/towers_tf1 -n 2 --policy towers -o /tmp/towers_ms2
       msopt run /tmp/towers_ms2 --device cpu --iterations 50 \\
           --compare-to sample_models/towers_tf1 --trace /tmp/towers.trace.json --json
     """
