@@ -17,7 +17,7 @@ def four_stream_copy(src, out):
     """``src`` with its compute ops dealt round-robin onto streams 0..3 (written with _stream_id attributes)."""
     model = load(src)
     view = GraphView(model.graph_def)
-    nodes = [n for n in view.real_nodes() if n.op in COMPUTE_OPS and "_serve_" in n.function]
+    nodes = [n for n in view.real_nodes() if n.op in COMPUTE_OPS and ("_serve_" in n.function or not n.function)]
     partition = {n.key: k % 4 for k, n in enumerate(nodes)}
     emit.write(model, partition, out)
     return out, partition
@@ -65,6 +65,16 @@ def test_four_cpu_streams_equal_the_plain_run_and_each_stream_runs_on_its_device
     assert doc["profile"]["ops"] == len(profile["ops"])
     planned = run_msopt("partition", SAMPLES / "towers_tf2", "-n", 2, "--costs", costs, "-o", tmp_path / "p", "--json")
     assert planned.returncode == 0, planned.stderr  # the costs file is what msopt partition --costs reads
+
+
+def test_four_cpu_streams_on_a_tf1_graph_equal_the_plain_run(tmp_path):
+    model, partition = four_stream_copy(SAMPLES / "towers_tf1", tmp_path / "towers_tf1_ms4")
+    trace = tmp_path / "trace.json"
+    doc = run_json(model, "--streams", 4, "--device", "cpu", "--iterations", 3, "--records", 2,
+                   "--compare-to", SAMPLES / "towers_tf1", "--trace", trace)
+    assert doc["compare"]["ok"] and len(partition) > 20
+    used = {device for devices in doc["executed"]["stream_to_device"].values() for device in devices}
+    assert used == {f"/device:CPU:{k}" for k in range(4)}
 
 
 def test_tf1_stream_ids_become_devices(tmp_path):
