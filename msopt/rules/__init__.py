@@ -28,6 +28,7 @@ class PartitionOptions:
     const_dup: bool = True  # copy Const nodes into each consuming stream instead of copying their value
     fallback: set = field(default_factory=set)  # nodes a rule placed only by default: constraints may move them freely
     report: dict = field(default_factory=dict)  # entries a rule adds to the partition report (manual: rules matched)
+    notes: list = field(default_factory=list)  # sentences for the user (auto: what it chose, why fewer streams)
 
 
 def make_plan(name, view, options):

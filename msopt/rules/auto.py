@@ -63,9 +63,10 @@ def _auto(view, options):
         used = len(set(result.stream_of)) or 1
         scored.append((round(result.makespan_us, 6), used, result.syncs, len(scored), label, plan))
     makespan, used, _, _, label, plan = min(scored)
+    options.notes.extend(explain(label, used, streams, makespan, single, scored))
     report = getattr(options, "report", None)
     if report is not None:
-        report.setdefault("notes", []).extend(explain(label, used, streams, makespan, single, scored))
+        report["notes"] = options.notes  # the partition report shows them; msopt simulate reads options.notes
         report["auto"] = {"chosen": label, "streams_used": used, "candidates": [
             {"plan": row[4], "makespan_ms": round(row[0] / 1000, 6), "streams_used": row[1], "syncs": row[2]}
             for row in scored]}
