@@ -131,3 +131,13 @@ def test_auto_on_nasnet_uses_several_streams_and_verifies(msopt, nasnet_mobile, 
     doc = json.loads(result.stdout)
     assert doc["verify"]["ok"]
     assert doc["auto"]["streams_used"] > 1 and doc["simulated"]["speedup"] > 1.3
+
+
+def test_the_plan_returned_is_the_best_candidate_simulated(nasnet_mobile):
+    model = load(nasnet_mobile)
+    v = GraphView(model.graph_def)
+    cost = CostModel(v, model, target="v100", batch_size=1)
+    plan, report = auto_plan(v, 4, cost, model)
+    best = min(c["makespan_ms"] for c in report["auto"]["candidates"])
+    assert simulate(v, plan, 4, cost).makespan_us / 1000 == pytest.approx(best, abs=1e-6)
+    assert best < cost.single_stream_us() / 1000 / 1.3

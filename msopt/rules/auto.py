@@ -57,6 +57,7 @@ def _auto(view, options):
     single = cost.single_stream_us()  # simulated once per cost model, shared with the report
     scored = [(round(single, 6), 1, 0, 0, "one stream", {})]
     for label, plan in candidates:
+        plan = compact(plan)
         # Judge each plan as it will run: after the constraints (skipped on very large graphs, for time).
         placed = plan if large else apply(view, plan, streams, options)[0]
         result = simulate(view, placed, streams, cost)
@@ -70,7 +71,7 @@ def _auto(view, options):
         report["auto"] = {"chosen": label, "streams_used": used, "candidates": [
             {"plan": row[4], "makespan_ms": round(row[0] / 1000, 6), "streams_used": row[1], "syncs": row[2]}
             for row in scored]}
-    return compact(plan)
+    return plan
 
 
 def cost_model(view, options):
@@ -232,15 +233,14 @@ def _chain_home(preds, finish, stream_of, neutral, committed, work, sync):
 
 
 def compact(plan):
-    """Renumber streams 0..m-1, the busiest as 0 (where unassigned nodes run)."""
-    if not plan:
-        return {}
-    counts = Counter(plan.values())
+    """Renumber the streams other than 0 as 1..m-1, busiest first; stream 0 stays (unassigned nodes run there).
+
+    Every candidate is compacted before it is judged, so the plan returned is the one simulated.
+    """
+    counts = Counter(s for s in plan.values() if s != 0)
     order = sorted(counts, key=lambda s: (-counts[s], s))
-    if 0 in counts and counts[0] == counts[order[0]]:
-        order.remove(0)
-        order.insert(0, 0)
-    new = {s: i for i, s in enumerate(order)}
+    new = {s: i for i, s in enumerate(order, start=1)}
+    new[0] = 0
     return {key: new[s] for key, s in plan.items()}
 
 
