@@ -118,10 +118,19 @@ class Executable:
     # -- TF2: functions called eagerly ------------------------------------------------------
     def _load_tf2(self):
         tf = self.tf
+        # Stock loading puts every variable on the default device, ignoring the device the SavedModel
+        # records for it (emit writes the stream's device there); this policy honours it. Soft placement
+        # must be on while loading, for a recorded device this process lacks.
+        policy = tf.saved_model.experimental.VariablePolicy.SAVE_VARIABLE_DEVICES
+        soft = tf.config.get_soft_device_placement()
+        tf.config.set_soft_device_placement(True)
         try:
-            self._loaded = tf.saved_model.load(str(self.model.path), tags=list(self.model.tags))
+            self._loaded = tf.saved_model.load(str(self.model.path), tags=list(self.model.tags),
+                                               options=tf.saved_model.LoadOptions(experimental_variable_policy=policy))
         except Exception as e:  # TensorFlow raises many types here
             raise InputError(f"{self.model.path}: TensorFlow cannot load the model: {_first_line(e)}") from None
+        finally:
+            tf.config.set_soft_device_placement(soft)
         self._functions = dict(self._loaded.signatures)
 
     # -- TF1: a Session over the graph -------------------------------------------------------
