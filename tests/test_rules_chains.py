@@ -153,3 +153,28 @@ def test_chains_on_mobilenet_v2_verifies(msopt, mobilenet_v2, tmp_path):
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["verify"]["ok"] and len([n for n in doc["nodes_per_stream"] if n]) == 4
+
+
+PLAN_DIGEST = """
+import hashlib, json, sys
+from msopt.graph import GraphView
+from msopt.load import load
+from msopt.rules import PartitionOptions, run_policy
+view = GraphView(load(sys.argv[1]).graph_def)
+plans = {p: sorted(run_policy(p, view, PartitionOptions(streams=4)).items()) for p in ("chains", "towers", "embedding", "stage")}
+print(hashlib.sha256(json.dumps(plans).encode()).hexdigest())
+"""
+
+
+def test_plans_do_not_depend_on_the_process_hash_seed():
+    # Protobuf map iteration order (function calls, returns) varies between processes; plans must not.
+    import os
+    import subprocess
+    import sys
+
+    from conftest import SAMPLES
+
+    digests = {subprocess.run([sys.executable, "-c", PLAN_DIGEST, str(SAMPLES / "stage_tf2")], capture_output=True,
+                              text=True, check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+               for seed in ("1", "2", "3")}
+    assert len(digests) == 1

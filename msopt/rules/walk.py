@@ -115,12 +115,12 @@ def _expand(view, dag, by_function, function, arg_source, start, expanded, budge
         if not has_pred and start is not None:
             dag.link(start, v)
     for node in body:
-        for callee in node.calls:
+        for callee in sorted(set(node.calls)):  # the view lists them in protobuf map order, which varies by process
             _expand_call(view, dag, by_function, node, callee, local[node.key], resolve, expanded, budget, stack)
     info = view.functions.get(function)
     if info is None:
         return {}
-    return {name: resolve(src) for name, (src, _) in info.returns.items()}
+    return {name: resolve(src) for name, (src, _) in sorted(info.returns.items())}
 
 
 def _expand_call(view, dag, by_function, node, callee, call_vertex, resolve, expanded, budget, stack):
