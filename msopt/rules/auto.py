@@ -23,7 +23,7 @@ from msopt.rules.chains import path_cover
 from msopt.rules.walk import Dag, paused_gc
 
 RULE_CANDIDATES = ("chains", "embedding", "towers", "stage", "collective")
-COST_WEIGHTED = ("chains", "embedding")  # rules that also run with the cost model's times instead of unit work
+COST_WEIGHTED = ("chains", "embedding")  # rules also tried with unit work per kernel instead of the cost model's times
 LARGE = 50_000  # beyond this many op instances: only one stream and the full-width list schedule, judged unconstrained
 
 
@@ -47,13 +47,13 @@ def _auto(view, options):
             if not large:
                 candidates.append((f"chain list schedule on {k} streams", schedule(cost, k, chained=True)))
         for name in () if large else RULE_CANDIDATES:
-            plan = run_rule(name, view, options)
+            plan = run_rule(name, view, options, cost)
             if plan:
                 candidates.append((f"policy {name}", plan))
             if name in COST_WEIGHTED:
-                plan = run_rule(name, view, options, cost.node_times())
+                plan = run_rule(name, view, options, None)
                 if plan:
-                    candidates.append((f"policy {name} weighted by the cost model", plan))
+                    candidates.append((f"policy {name} with unit costs", plan))
     single = cost.single_stream_us()  # simulated once per cost model, shared with the report
     scored = [(round(single, 6), 1, 0, 0, "one stream", {})]
     for label, plan in candidates:
@@ -91,13 +91,11 @@ def option(options, name):
     return value if value is not None else (options.extra or {}).get(name)
 
 
-def run_rule(name, view, options, node_costs=None):
-    """Another rule's raw plan (before the constraints), with the cost model's node times if given."""
+def run_rule(name, view, options, cost):
+    """Another rule's raw plan (before the constraints): its ops weighted by ``cost``, or one unit each if None."""
     from msopt.rules import PartitionOptions, run_policy
 
-    extra = dict(options.extra or {})
-    if node_costs is not None:
-        extra["node_costs"] = node_costs
+    extra = {**(options.extra or {}), "cost_model": cost}
     return run_policy(name, view, PartitionOptions(streams=options.streams, extra=extra))
 
 
