@@ -17,7 +17,6 @@
    fewer streams than it was given because more did not pay (the report's notes).
 """
 import heapq
-from collections import Counter
 
 from msopt.rules.chains import path_cover
 from msopt.rules.walk import Dag, paused_gc
@@ -231,14 +230,11 @@ def _chain_home(preds, finish, stream_of, neutral, committed, work, sync):
 
 
 def compact(plan):
-    """Renumber the streams other than 0 as 1..m-1, busiest first; stream 0 stays (unassigned nodes run there).
+    """Close the gaps in the stream numbers, keeping their order (stream 0, where unassigned nodes run, stays 0).
 
     Every candidate is compacted before it is judged, so the plan returned is the one simulated.
     """
-    counts = Counter(s for s in plan.values() if s != 0)
-    order = sorted(counts, key=lambda s: (-counts[s], s))
-    new = {s: i for i, s in enumerate(order, start=1)}
-    new[0] = 0
+    new = {s: i for i, s in enumerate(sorted(set(plan.values()) | {0}))}
     return {key: new[s] for key, s in plan.items()}
 
 
