@@ -217,7 +217,8 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
     else:
         click.echo(_partition_text(document))
     if verify and not document["verify"]["ok"]:
-        raise CheckFailed(f"rewritten model differs from the original (max abs diff {document['verify']['max_abs_diff']:g})")
+        result = document["verify"]
+        raise CheckFailed(result.get("error") or f"rewritten model differs from the original (max abs diff {result['max_abs_diff']:g})")
 
 
 def _partition_text(doc):

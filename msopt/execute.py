@@ -128,7 +128,7 @@ class Executable:
             self._loaded = tf.saved_model.load(str(self.model.path), tags=list(self.model.tags),
                                                options=tf.saved_model.LoadOptions(experimental_variable_policy=policy))
         except Exception as e:  # TensorFlow raises many types here
-            raise InputError(f"{self.model.path}: TensorFlow cannot load the model: {_first_line(e)}") from None
+            raise InputError(f"{self.model.path}: TensorFlow cannot load the model: {first_line(e)}") from None
         finally:
             tf.config.set_soft_device_placement(soft)
         self._functions = dict(self._loaded.signatures)
@@ -153,7 +153,7 @@ class Executable:
                     graph_def = v1.GraphDef.FromString(self.model.graph_def.SerializeToString())
                     tf.graph_util.import_graph_def(graph_def, name="")
         except Exception as e:
-            raise InputError(f"{self.model.path}: TensorFlow cannot load the model: {_first_line(e)}") from None
+            raise InputError(f"{self.model.path}: TensorFlow cannot load the model: {first_line(e)}") from None
         if not self.specs:
             self.specs = {"graph": self._graph_signature()}
 
@@ -233,7 +233,7 @@ class Executable:
             self.session.close()
 
 
-def _first_line(error):
+def first_line(error):
     text = str(error).strip() or type(error).__name__
     for line in text.splitlines():
         if line.strip():

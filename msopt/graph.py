@@ -79,8 +79,8 @@ class GraphView:
                 self.nodes[key] = Node(key, arg.name, "_Arg", name, None)
                 info.args.append(key)
             self._add_graph(name, fdef.node_def, library)
-            for out_name, ref in fdef.ret.items():
-                info.returns[out_name] = self._source(name, ref)
+            for out_name in sorted(fdef.ret):  # protobuf map order differs between processes
+                info.returns[out_name] = self._source(name, fdef.ret[out_name])
         for node in self.nodes.values():
             for fn in node.calls:
                 self.functions[fn].callers.append(node.key)
@@ -140,7 +140,8 @@ def _called_functions(node_def, library):
     called = []
     if node_def.op in library:
         called.append(node_def.op)
-    for value in node_def.attr.values():
+    for attr_name in sorted(node_def.attr):  # a stable order: map order differs between processes
+        value = node_def.attr[attr_name]
         kind = value.WhichOneof("value")
         if kind == "func" and value.func.name in library:
             called.append(value.func.name)

@@ -8,6 +8,7 @@ import numpy as np
 
 from msopt.cli import JSON, MODEL, TAGS, open_model, print_json, progress, write_json
 from msopt.errors import CheckFailed, InputError
+from msopt.execute import first_line
 
 
 @click.command("run")
@@ -212,7 +213,7 @@ def _checked_step(executable, name, feeds):
             return step()
         except Exception as e:
             if type(e).__module__.startswith("tensorflow"):
-                raise InputError(f"TensorFlow cannot run signature '{name}': {_first_line(e)}") from None
+                raise InputError(f"TensorFlow cannot run signature '{name}': {first_line(e)}") from None
             raise
 
     return checked
@@ -330,11 +331,6 @@ def _stage_rule_edges(view):
     plan = run_policy("stage", view, PartitionOptions(streams=2))
     return [(src, node.key) for node in view.real_nodes() if plan.get(node.key, 0) == 0
             for src, _ in node.inputs if plan.get(src, 0) != 0]
-
-
-def _first_line(error):
-    text = str(error).strip() or type(error).__name__
-    return next((line.strip() for line in text.splitlines() if line.strip()), text)[:300]
 
 
 def _text(doc):

@@ -1,7 +1,8 @@
 """Check that a rewritten model computes exactly what the original does (bitwise, on random inputs)."""
 import numpy as np
 
-from msopt.execute import Executable, random_inputs
+from msopt.errors import InputError
+from msopt.execute import Executable, first_line, random_inputs
 
 
 def compare_outputs(expected, actual):
@@ -24,15 +25,32 @@ def compare_outputs(expected, actual):
 
 
 def verify(original, rewritten, devices, device_type="cpu", batch_size=3, seed=0):
-    """Run every signature of both models on the same random inputs; returns a report dict."""
+    """Run every signature of both models on the same random inputs; returns a report dict.
+
+    The original failing to load or run is bad input (InputError); the rewritten model failing
+    is a failed check: the report says ok False and carries the error.
+    """
     soft = device_type != "cpu"  # GPU device strings fall back to the CPU when no GPU exists
     before = Executable(original, devices, "cpu", soft_placement=soft)
-    after = Executable(rewritten, devices, "cpu", soft_placement=soft, variable_values=before.variable_values())
     report = {"devices": devices, "device_type": "cpu", "signatures": {}}
+    try:
+        after = Executable(rewritten, devices, "cpu", soft_placement=soft, variable_values=before.variable_values())
+    except InputError as e:
+        before.close()
+        return {**report, "ok": False, "max_abs_diff": float("inf"), "error": str(e)}
     try:
         for name, spec in before.specs.items():
             feeds = random_inputs(spec["inputs"], batch_size, seed)
-            identical, worst = compare_outputs(before.run(name, feeds), after.run(name, feeds))
+            try:
+                expected = before.run(name, feeds)
+            except Exception as e:  # TensorFlow's runtime errors come in many types
+                raise InputError(f"{original.path}: signature '{name}' fails on generated inputs: {first_line(e)}") from None
+            try:
+                identical, worst = compare_outputs(expected, after.run(name, feeds))
+            except Exception as e:
+                report["signatures"][name] = {"identical": False, "max_abs_diff": float("inf")}
+                report.setdefault("error", f"signature '{name}' of the rewritten model fails: {first_line(e)}")
+                continue
             report["signatures"][name] = {"identical": identical, "max_abs_diff": worst}
     finally:
         before.close()

@@ -98,3 +98,19 @@ def test_unregistered_op_inspects_and_partitions_but_cannot_run(msopt, tmp_path)
     run = msopt("partition", src, "--streams", 2, "--policy", "none", "-o", tmp_path / "out2", "--verify")
     assert run.returncode == 2
     assert "not registered" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_verify_reports_a_rewritten_model_that_fails_to_run(sample, tmp_path):
+    """A rewrite TensorFlow cannot execute is a failed check (exit 1 in the CLI), not an internal error."""
+    from msopt import emit, protos
+    from msopt.load import load
+    from msopt.verify import verify
+
+    model = load(sample("linreg_frozen.pb"))
+    out = emit.write(model, {}, tmp_path / "broken.pb")
+    graph = protos.GraphDef.FromString(out.read_bytes())
+    matmul = next(n for n in graph.node if n.op == "MatMul")
+    matmul.attr["transpose_a"].b = True  # [3,1] x [1,1] becomes [1,3] x [1,1]: a shape error at run time
+    out.write_bytes(graph.SerializeToString())
+    report = verify(model, load(out), devices=1)
+    assert not report["ok"] and "fails" in report["error"]
