@@ -4,6 +4,7 @@ import os
 import sys
 import time
 from importlib import import_module
+from inspect import cleandoc
 
 import click
 
@@ -23,8 +24,9 @@ class Group(click.Group):
     def get_command(self, ctx, name):
         if name in LAZY_COMMANDS:
             module, attr = LAZY_COMMANDS[name].split(":")
-            return getattr(import_module(module), attr)
-        return super().get_command(ctx, name)
+            return examples_last(getattr(import_module(module), attr))
+        command = super().get_command(ctx, name)
+        return examples_last(command) if command else None
 
     def invoke(self, ctx):
         try:
@@ -41,6 +43,15 @@ class Group(click.Group):
             if os.environ.get("MSOPT_DEBUG"):
                 raise
             fail(f"internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (set MSOPT_DEBUG=1 for a traceback)", 1)
+
+
+def examples_last(command):
+    """Move the closing Example block of a command's help after its options, so --help ends with it."""
+    text = cleandoc(command.help or "")
+    marker = text.find("\b\nExample")
+    if command.epilog is None and marker >= 0:
+        command.help, command.epilog = text[:marker].rstrip(), text[marker:]
+    return command
 
 
 def fail(message, code):

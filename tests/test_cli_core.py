@@ -12,8 +12,10 @@ SAMPLE_MODELS = ["linreg_tf1", "linreg_tf2", "towers_tf1", "towers_tf2", "stage_
 def test_help_lists_commands_with_examples(msopt):
     result = msopt("--help")
     assert result.returncode == 0 and "inspect" in result.stdout and "partition" in result.stdout
-    for command in ("inspect", "partition"):
-        assert "Example" in msopt(command, "--help").stdout
+    for command in ("inspect", "partition", "simulate", "visualize", "run"):
+        text = msopt(command, "--help").stdout
+        assert text.rindex("Example") > text.index("--help"), f"{command} --help must end with its example"
+        assert text.rstrip().splitlines()[-1].strip().startswith(("msopt", "--"))
 
 
 def test_inspect_json(msopt):
