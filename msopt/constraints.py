@@ -9,6 +9,8 @@ change made. Each constraint is one function below; ``apply`` composes them:
 - resource_links: a resource or reference and every op consuming it share one stream,
   followed through function calls into their bodies (TF2 captured variables);
 - frame_links: every node of a TF1 control-flow frame (Enter ... Exit) shares one stream;
+- fusion_links: a chain grappler fuses into one kernel (Conv2D/MatMul + BiasAdd/FusedBatchNorm
+  + activation) shares one stream: the fused node runs on one device whatever its parts said;
 - share_streams: each linked group moves, whole, to the stream most of its consumers got;
 - const_copies (used by emit, not a partition change): per-stream copies of Const nodes.
 
@@ -84,7 +86,9 @@ def apply(view, partition, streams, options=None):
     host = host_only(view)
     merges = _drop(partition, host)
     links = _UnionFind()
-    for kind, linker in (("colocation", colocation_links), ("resource", resource_links), ("frame", frame_links)):
+    linkers = (("colocation", colocation_links), ("resource", resource_links), ("frame", frame_links),
+               ("fusion", fusion_links))
+    for kind, linker in linkers:
         for a, b in linker(view):
             if a not in host and b not in host:
                 links.union(a, b, kind)
@@ -227,6 +231,28 @@ def frame_links(view):
                     stack.append((consumer, inner))
 
 
+# Grappler's remapper (oneDNN's on the CPU) fuses these chains into one node, placed on one device.
+FUSION_HEADS = frozenset({"Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul"})
+FUSION_SECOND = frozenset({"BiasAdd", "FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"})
+FUSION_TAIL = frozenset({"Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid", "Add", "AddV2"})
+
+
+def fusion_links(view):
+    """Each fusable chain head -> BiasAdd/FusedBatchNorm -> activation (or residual Add), linked
+    while every step is the previous op's only consumer."""
+    for node in view.real_nodes():
+        if node.op not in FUSION_HEADS:
+            continue
+        key, allowed = node.key, FUSION_SECOND
+        for _ in range(3):
+            consumers = view.nodes[key].outputs
+            nxt = view.nodes[consumers[0]] if len(consumers) == 1 else None
+            if nxt is None or nxt.virtual or nxt.op not in allowed:
+                break
+            yield node.key, nxt.key
+            key, allowed = nxt.key, FUSION_TAIL
+
+
 # -- moving each linked group to one stream ------------------------------------------------------
 def share_streams(view, partition, links, fallback=()):
     """Give every member of each linked group one stream: the one most of its consumers got."""
@@ -274,7 +300,7 @@ def _consumes_for_model(view, key, members):
 
 def _reason(kinds):
     text = {"colocation": "colocation group (_class loc:@)", "resource": "resource/reference and its consumers",
-            "frame": "TF1 control-flow frame"}
+            "frame": "TF1 control-flow frame", "fusion": "a chain grappler fuses into one kernel"}
     return "; ".join(text[k] for k in sorted(kinds))
 
 

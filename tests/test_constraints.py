@@ -332,3 +332,30 @@ def test_tf_keras_model_plan_is_honoured_only_with_saved_variable_devices(msopt,
     assert mismatches(planned, honoured["executed"]) == {}
     moved = mismatches(reads, default["executed"])  # default load: variables on CPU:0, and their reads with them
     assert len(moved) > 50 and set(moved.values()) == {0}
+
+
+# -- fusable chains --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def towers_fusion(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fusion")
+    view = view_of("towers_tf1")
+    raw = {"tower_0/ConvNet/BiasAdd": 1}  # Conv2D and Relu stay on stream 0
+    plan, merges = apply(view, raw, 2)
+    return raw, plan, merges, run_probe(write(tmp, "towers_tf1", raw, "raw")), run_probe(write(tmp, "towers_tf1", plan, "plan"))
+
+
+def test_fusable_chain_split_runs_fused_where_the_plan_did_not_say(towers_fusion):
+    raw, _, _, before, _ = towers_fusion
+    assert "error" not in before
+    assert "tower_0/ConvNet/BiasAdd" not in before["executed"], "grappler fused the BiasAdd away"
+    assert before["executed"]["tower_0/ConvNet/Relu"] == 0  # the planned stream 1 is lost
+
+
+def test_fusable_chain_shares_one_stream_and_runs_there(towers_fusion):
+    raw, plan, merges, before, after = towers_fusion
+    chain = ("tower_0/ConvNet/Conv2D", "tower_0/ConvNet/BiasAdd", "tower_0/ConvNet/Relu")
+    assert [plan[k] for k in chain] == [1, 1, 1]
+    assert any("fusion" in m["constraint"] for m in merges)
+    assert after["executed"]["tower_0/ConvNet/Relu"] == 1
+    assert mismatches(plan, after["executed"]) == {}
+    assert after["outputs"] == before["outputs"]
