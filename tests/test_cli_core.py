@@ -116,3 +116,20 @@ def test_verify_reports_a_rewritten_model_that_fails_to_run(sample, tmp_path):
     out.write_bytes(graph.SerializeToString())
     report = verify(model, load(out), devices=1)
     assert not report["ok"] and "fails" in report["error"]
+
+
+def test_proto_only_commands_never_import_tensorflow(tmp_path):
+    """inspect, partition, simulate and visualize work where TensorFlow is not installed."""
+    import subprocess
+    import sys
+
+    model = SAMPLES / "deepfm_tf2"
+    code = (
+        "import sys\nfrom click.testing import CliRunner\nfrom msopt.cli import main\n"
+        f"for args in (['inspect', {str(model)!r}], ['partition', {str(model)!r}, '-n', '2', '-o', {str(tmp_path / 'p')!r}],"
+        f" ['simulate', {str(model)!r}, '-n', '2'], ['visualize', {str(model)!r}, '-o', {str(tmp_path / 'v.dot')!r}]):\n"
+        "    result = CliRunner().invoke(main, args)\n"
+        "    assert result.exit_code == 0, (args, result.output)\n"
+        "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
