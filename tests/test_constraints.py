@@ -222,13 +222,18 @@ def test_frame_shares_one_stream_and_runs_there(stage_frame):
     assert after["outputs"] == before["outputs"]
 
 
-def test_functional_while_bodies_are_partitioned_on_their_own(msopt, tmp_path):
+def partition_verified(msopt, tmp_path, name, rules_text):
+    """Partition sample ``name`` with a rules file onto 2 CPU devices, --verify; returns the report."""
     rules = tmp_path / "rules.yaml"
-    rules.write_text('rules:\n  - function: ".*while_body.*"\n    stream: 1\n')
-    done = msopt("partition", SAMPLES / "stage_tf2", "-n", "2", "--rules", rules, "--placement", "device",
+    rules.write_text(rules_text)
+    done = msopt("partition", SAMPLES / name, "-n", "2", "--rules", rules, "--placement", "device",
                  "--device-type", "cpu", "-o", tmp_path / "out", "--verify", "--json")
     assert done.returncode == 0, done.stderr
-    doc = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+def test_functional_while_bodies_are_partitioned_on_their_own(msopt, tmp_path):
+    doc = partition_verified(msopt, tmp_path, "stage_tf2", 'rules:\n  - function: ".*while_body.*"\n    stream: 1\n')
     assert doc["rules"][0]["applied"] > 0 and doc["verify"]["ok"]
     body = [f for f in doc["functions"] if "while_body" in f]
     assert body and all(doc["functions"][f]["nodes_per_stream"][1] > 0 for f in body)
@@ -249,12 +254,8 @@ def test_string_and_kernel_less_ops_keep_their_device():
 
 
 def test_host_only_plan_verifies(msopt, tmp_path):
-    rules = tmp_path / "rules.yaml"
-    rules.write_text("rules:\n  - scope: preprocess/\n    stream: 1\n")
-    done = msopt("partition", SAMPLES / "stage_tf1", "-n", "2", "--rules", rules, "--placement", "device",
-                 "--device-type", "cpu", "-o", tmp_path / "out", "--verify", "--json")
-    assert done.returncode == 0, done.stderr
-    doc = json.loads(done.stdout)
+    doc = partition_verified(msopt, tmp_path, "stage_tf1", "rules:\n  - scope: preprocess/\n    stream: 1\n")
+    assert doc["verify"]["ok"]
     host = [m for m in doc["constraint_merges"] if m["constraint"] == "host_only"]
     assert host and any("StringSplit" in k for k in host[0]["moved"])
     out = load(tmp_path / "out")
