@@ -66,10 +66,10 @@ def measure(size, policy, streams):
     extra = {}
     if policy == "auto":  # msopt partition builds the cost model for its report whatever the policy: timed apart
         from msopt.cost import CostModel
-        from msopt.rules.walk import paused_gc
+        from msopt.cost import gc_paused
 
         started = time.perf_counter()
-        with paused_gc():
+        with gc_paused():
             extra["cost_model"] = CostModel(view)
         cost_s = round(time.perf_counter() - started, 3)
     before = peak_rss_mb()

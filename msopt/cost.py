@@ -429,7 +429,8 @@ class _Builder:
                 child = found[1]
                 fn = view.functions[node.calls[0]]
                 out_args = [a.name for a in fn.proto.signature.output_arg]
-                name = _call_output(port, out_args)
+                index = fn.output_index(port)
+                name = out_args[index] if index is not None and index < len(out_args) else None
                 if name not in fn.returns:
                     return None
                 key, port = fn.returns[name]
@@ -457,17 +458,6 @@ class _Builder:
                 exits.extend(self.done_tasks(child, f"{fn.name}:{name}"))
             self.exits[child] = exits
         return self.exits[child]
-
-
-def _call_output(port, out_args):
-    """The callee output argument a call's output reference names."""
-    if isinstance(port, int):
-        return out_args[port] if port < len(out_args) else None
-    name, _, index = str(port).partition(":")
-    if name in out_args:
-        return name
-    index = int(index or 0)
-    return out_args[index] if index < len(out_args) else None
 
 
 def _output_index(op, port):

@@ -62,6 +62,18 @@ class FunctionInfo:
         self.returns = {}  # output arg name -> (source key, output)
         self.callers = []  # keys of nodes calling this function
 
+    def output_index(self, port):
+        """Which output of a call to this function ``port`` names: 2 (main graph), or in a body
+        'identity:0' (the callee's own output arg) or 'output:2' (PartitionedCall's output list)."""
+        if port is None or isinstance(port, int):
+            return port
+        name, _, index = str(port).partition(":")
+        names = [arg.name for arg in self.proto.signature.output_arg]
+        if name in names:
+            return names.index(name)
+        index = index or "0"
+        return int(index) if index.isdigit() else None
+
 
 class GraphView:
     """Nodes, data and control edges, and calls of one MetaGraph's graph and its function library."""

@@ -173,23 +173,10 @@ class _Flattener:
         if isinstance(entry, list):
             return entry
         _, outputs, callee = entry
-        index = _output_index(port, self.view.functions[callee])
+        index = self.view.functions[callee].output_index(port)
         if index is None or index >= len(outputs):
             return [i for out in outputs for i in out]
         return outputs[index]
-
-
-def _output_index(port, info):
-    """Which output of a call a port names: 2 (main graph), 'output:2' or 'identity:0' (function body)."""
-    if port is None:
-        return None
-    if isinstance(port, int):
-        return port
-    name, _, rest = str(port).rpartition(":")
-    names = [a.name for a in info.proto.signature.output_arg]
-    if name in names:
-        return names.index(name)
-    return int(rest) if rest.isdigit() else None
 
 
 def _topological(nodes):

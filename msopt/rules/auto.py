@@ -18,8 +18,9 @@
 """
 import heapq
 
+from msopt.cost import gc_paused
 from msopt.rules.chains import path_cover
-from msopt.rules.walk import Dag, paused_gc
+from msopt.rules.walk import Dag
 
 RULE_CANDIDATES = ("chains", "embedding", "towers", "stage", "collective")
 COST_WEIGHTED = ("chains", "embedding")  # rules also tried with unit work per kernel instead of the cost model's times
@@ -27,7 +28,7 @@ LARGE = 50_000  # beyond this many op instances: only one stream and the full-wi
 
 
 def auto(view, options):
-    with paused_gc():
+    with gc_paused():
         return _auto(view, options)
 
 

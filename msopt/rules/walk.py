@@ -7,10 +7,9 @@ i, and the call node itself waits for the body's returns (so its consumers see t
 nested inside the call's time span). Loop back edges (NextIteration -> Merge) are dropped.
 Memory and time are linear in vertices plus edges; no reachability matrix is ever built.
 """
-import gc
 from collections import defaultdict
-from contextlib import contextmanager
 
+from msopt.cost import gc_paused
 from msopt.graph import MAIN
 
 BACK_EDGE_OPS = frozenset({"NextIteration", "RefNextIteration"})
@@ -53,22 +52,9 @@ class Dag:
         return {key: stream_of[v] for key, v in self.first.items() if nodes[key].proto is not None}
 
 
-@contextmanager
-def paused_gc():
-    """Pause the cyclic garbage collector: building millions of small lists otherwise triggers it
-    over and over, each pass scanning every live object (quadratic in effect); nothing here makes cycles."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def flatten(view):
     """The flat DAG of ``view`` (see the module docstring)."""
-    with paused_gc():
+    with gc_paused():
         return _flatten(view)
 
 
