@@ -81,6 +81,18 @@ def test_verify_writes_nothing_into_the_working_directory(tmp_path):
     assert list(tmp.iterdir()) == [], "the private working directory was left behind"
 
 
+def test_run_writes_nothing_into_the_working_directory(tmp_path):
+    model = unsigned_linreg(tmp_path)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    env, tmp = private_tmp(tmp_path)
+    result = run_msopt("run", model, "--device", "cpu", "--iterations", 3, "--warmup", 0, "--trace", "trace.json",
+                       cwd=cwd, env=env)
+    assert result.returncode == 0, result.stderr
+    assert [p.name for p in cwd.iterdir()] == ["trace.json"], "only what the user asked for lands there"
+    assert list(tmp.iterdir()) == []
+
+
 def test_failed_verify_leaves_no_model_at_the_output(tmp_path):
     model = noisy_graph(tmp_path)
     out = tmp_path / "out.pbtxt"
