@@ -202,6 +202,8 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
     loaded, view = open_model(model, tags)
     out = output or str(emit.default_output(model, streams))
     emit.check_output(loaded, out, force)
+    if report and not os.path.isdir(os.path.dirname(os.path.abspath(report))):
+        raise InputError(f"{report}: parent directory does not exist")
     progress(f"partitioning {len(view.nodes)} nodes with policy {policy}")
     from msopt.simulate import simulate
     from msopt.simulate_cli import build_cost_model

@@ -93,8 +93,13 @@ def clean_stale(out):
 def staged(out):
     """A fresh path beside ``out`` (same directory, same name) to build the output in; removed on exit."""
     out = Path(out)
+    if not out.parent.is_dir():
+        raise InputError(f"{out}: parent directory does not exist")
     clean_stale(out)
-    box = Path(tempfile.mkdtemp(prefix=f".{out.name}.{_TAG}{os.getpid()}-", suffix=".tmp", dir=out.parent))
+    try:
+        box = Path(tempfile.mkdtemp(prefix=f".{out.name}.{_TAG}{os.getpid()}-", suffix=".tmp", dir=out.parent))
+    except OSError as e:
+        raise InputError(f"{out}: cannot write here: {e.strerror}") from None
     try:
         yield box / out.name
     finally:

@@ -138,6 +138,14 @@ def built(out, content):
         outputs.put(path, out, force=True)
 
 
+def test_a_report_where_it_cannot_be_written_is_bad_input(tmp_path):
+    result = run_msopt("partition", SAMPLES / "linreg_frozen.pb", "-n", 2, "--policy", "none", "-o", tmp_path / "out.pb",
+                       "--report", tmp_path / "missing" / "report.json")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "missing/report.json: parent directory does not exist" in result.stderr
+    assert not (tmp_path / "out.pb").exists(), "the model was written although the command failed"
+
+
 def test_put_refuses_an_existing_output_without_force(tmp_path):
     out = tmp_path / "out"
     built(out, "first")
