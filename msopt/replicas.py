@@ -47,6 +47,7 @@ def _stop_signals_exit():
     def handler(signum, frame):
         if not caught:
             caught.append(signum)
+            os.write(2, f"msopt: error: stopped by {signal.Signals(signum).name}\n".encode())
             raise SystemExit(128 + signum)
 
     previous = {name: signal.signal(getattr(signal, name), handler) for name in STOP_SIGNALS if hasattr(signal, name)}

@@ -7,6 +7,7 @@ in a v1 Session built from that device configuration; TF2 SavedModels run their 
 functions eagerly, as a plain TensorFlow loop does, and for traces and profiles also in such a
 Session, whose step statistics report where each op really ran.
 """
+import contextlib
 import os
 import tempfile
 import time
@@ -266,4 +267,5 @@ class Runner:
                     executable.close()
         finally:
             os.chdir(self._cwd)
-            self._workdir.cleanup()
+            with contextlib.suppress(OSError):  # already gone when a replica run's directory went first
+                self._workdir.cleanup()
