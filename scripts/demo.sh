@@ -20,8 +20,8 @@ doc = json.load(open(sys.argv[1]))
 sim, check = doc["simulated"], doc["verify"]
 used = sum(1 for n in doc["nodes_per_stream"] if n)
 print(f"\nSimulated on {sim['target']} at batch size {sim['batch_size']} (msopt's cost model, not a measurement):")
-print(f"  before: one stream          {sim['single_stream_ms']:.3f} ms")
-print(f"  after:  the plan, {used} streams  {sim['makespan_ms']:.3f} ms  ({sim['speedup']:.2f}x)")
+print(f"  {'before: one stream':<28}{sim['single_stream_ms']:.3f} ms")
+print(f"  {f'after:  the plan, {used} streams':<28}{sim['makespan_ms']:.3f} ms  ({sim['speedup']:.2f}x faster)")
 print(f"Picture of the plan: {sys.argv[2]}")
 state = "bitwise identical" if check["ok"] else "DIFFERENT"
 print(f"Verified in TensorFlow on the CPU: outputs {state} to the original's "
