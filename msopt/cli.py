@@ -70,11 +70,10 @@ def print_json(document):
 
 
 def write_json(path, document):
-    """Write a JSON file atomically."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(document, f, indent=2, default=str)
-    os.replace(tmp, path)
+    """Write a JSON file whole (replacing it in one step)."""
+    from msopt.outputs import write_bytes
+
+    write_bytes(path, json.dumps(document, indent=2, default=str).encode())
 
 
 def open_model(path, tags=None):
@@ -148,7 +147,8 @@ def default_policy():
 @click.option("-o", "--output", default=None, help="Where to write the model (default: <input>_ms<N> beside it).")
 @click.option("--force", is_flag=True, help="Replace an existing output.")
 @click.option("--report", type=click.Path(dir_okay=False), default=None, help="Write the JSON report to this file.")
-@click.option("--verify", is_flag=True, help="Run original and rewritten model in TensorFlow; exit 1 unless outputs are identical.")
+@click.option("--verify", is_flag=True, help="Run original and rewritten model in TensorFlow; exit 1 unless outputs are "
+              "identical. The rewrite reaches the output only once verified: on a failure nothing is written.")
 @click.option("--target", default=None, metavar="GPU", help="GPU profile of the simulated figures: h100, a100, v100, t4 (default h100).")
 @click.option("--batch-size", type=int, default=1, show_default=True, help="Unknown batch dimension, for the cost model.")
 @click.option("--costs", type=click.Path(dir_okay=False), default=None, help="Measured per-op times (see `msopt simulate --help`).")
@@ -178,6 +178,11 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
     cross_stream_edges, functions (per-function breakdown), output, elapsed_s, and
     simulated (the figures of `msopt simulate` for this plan on --target at --batch-size).
 
+    With --verify the rewritten model is built beside the output and moved there only once
+    its outputs are bitwise identical to the original's. When verification fails, msopt
+    exits 1 and writes no model (an output already there stays as it was; the report says
+    "output": null), so a pipeline never picks up an unverified model.
+
     \b
     Example:
       msopt partition sample_models/linreg_tf1 --streams 2 --policy none \\
@@ -197,6 +202,8 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
     loaded, view = open_model(model, tags)
     out = output or str(emit.default_output(model, streams))
     emit.check_output(loaded, out, force)
+    if report and not os.path.isdir(os.path.dirname(os.path.abspath(report))):
+        raise InputError(f"{report}: parent directory does not exist")
     progress(f"partitioning {len(view.nodes)} nodes with policy {policy}")
     from msopt.simulate import simulate
     from msopt.simulate_cli import build_cost_model
@@ -210,17 +217,26 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
     copies = const_copies(view, plan) if options.const_dup else {}
     for row in options.report.get("unmatched_rules", []):
         click.echo(f"msopt: warning: rule {row['rule']} ({rules}:{row['line']}) matched no node", err=True)
-    progress(f"writing {out}")
-    emit.write(loaded, plan, out, placement, device_type, force, const_copies=copies)
-    document = {"model": model, "policy": policy, **summarize(view, plan, streams), "placement": placement,
-                "constraint_merges": merges, "const_copies": copies, **options.report, "output": out, "elapsed_s": round(time.perf_counter() - started, 3)}
-    document["simulated"] = simulate(view, plan, streams, cost_model).report()
-    if verify:
+    verified = {}
+
+    def check(built):  # with --verify: the rewrite reaches the output only once verified
         from msopt.load import load
         from msopt.verify import verify as run_verify
 
+        verified["elapsed_s"] = round(time.perf_counter() - started, 3)
         progress("verifying in TensorFlow")
-        document["verify"] = run_verify(loaded, load(out, tags), streams, device_type)
+        result = verified["verify"] = run_verify(loaded, load(built, tags), streams, device_type)
+        if result.get("error"):
+            result["error"] = result["error"].replace(str(built), out)
+        return result["ok"]
+
+    progress(f"writing {out}")
+    written = emit.write(loaded, plan, out, placement, device_type, force, const_copies=copies, check=check if verify else None)
+    document = {"model": model, "policy": policy, **summarize(view, plan, streams), "placement": placement,
+                "constraint_merges": merges, "const_copies": copies, **options.report, "output": written and out,
+                "elapsed_s": verified.pop("elapsed_s", round(time.perf_counter() - started, 3))}
+    document["simulated"] = simulate(view, plan, streams, cost_model).report()
+    document.update(verified)
     if report:
         write_json(report, document)
     if as_json:
@@ -229,11 +245,13 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
         click.echo(_partition_text(document))
     if verify and not document["verify"]["ok"]:
         result = document["verify"]
-        raise CheckFailed(result.get("error") or f"rewritten model differs from the original (max abs diff {result['max_abs_diff']:g})")
+        cause = result.get("error") or f"rewritten model differs from the original (max abs diff {result['max_abs_diff']:g})"
+        raise CheckFailed(f"{cause}; nothing written to {out}")
 
 
 def _partition_text(doc):
-    lines = [f"wrote {doc['output']} ({doc['policy']}, {doc['streams']} streams, {doc['elapsed_s']} s)"]
+    done = f"wrote {doc['output']}" if doc["output"] else "verify failed: wrote nothing"
+    lines = [f"{done} ({doc['policy']}, {doc['streams']} streams, {doc['elapsed_s']} s)"]
     lines.append("  nodes per stream: " + ", ".join(f"{i}: {n}" for i, n in enumerate(doc["nodes_per_stream"])))
     lines.append(f"  cross-stream edges: {doc['cross_stream_edges']}; functions: {len(doc['functions'])}")
     kinds = {}

@@ -2,14 +2,12 @@
 
 Stream ids become ``_stream_id`` attributes (and, with placement "device", device strings,
 which survive grappler's fusions). The input is never touched; the output appears whole or
-not at all (built in a temporary sibling, then renamed into place).
+not at all (built beside it, then swapped into place: see msopt.outputs).
 """
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
-from msopt import protos
+from msopt import outputs, protos
 from msopt.errors import InputError
 from msopt.graph import MAIN, STREAM_ATTR, node_key
 
@@ -120,20 +118,29 @@ def _assign(node_defs, function, partition, placement, device_type):
             nd.device = device_name(device_type, stream)
 
 
-def write(model, partition, out, placement="attr", device_type="gpu", force=False, const_copies=None):
-    """Write ``model`` with ``partition`` applied to ``out``; returns the path written."""
+def write(model, partition, out, placement="attr", device_type="gpu", force=False, const_copies=None, check=None):
+    """Write ``model`` with ``partition`` applied to ``out``; returns the path written.
+
+    ``check(path)``, when given, sees the complete model before it reaches ``out``: unless it returns
+    true, nothing is written (an existing ``out`` stays as it was) and the result is None.
+    """
     out = Path(out)
     check_output(model, out, force)
     meta = rewrite_meta_graph(model.meta_graph, partition, placement, device_type, const_copies)
-    if model.format == "saved_model":
-        saved = protos.SavedModel()
-        saved.CopyFrom(model.saved_model)
-        saved.meta_graphs[model.index].CopyFrom(meta)
-        _replace_dir(out, lambda tmp: _write_saved_model(model, saved, tmp), force)
-    else:
-        message = meta if model.format == "meta_graph" else meta.graph_def
-        data = protos.to_text(message).encode() if model.text else message.SerializeToString()
-        _replace_file(out, data, force)
+    with outputs.staged(out) as built:
+        if model.format == "saved_model":
+            saved = protos.SavedModel()
+            saved.CopyFrom(model.saved_model)
+            saved.meta_graphs[model.index].CopyFrom(meta)
+            built.mkdir()
+            _write_saved_model(model, saved, built)
+        else:
+            message = meta if model.format == "meta_graph" else meta.graph_def
+            data = protos.to_text(message).encode() if model.text else message.SerializeToString()
+            built.write_bytes(data)
+        if check is not None and not check(built):
+            return None
+        outputs.put(built, out, force)
     return out
 
 
@@ -146,37 +153,3 @@ def _write_saved_model(model, saved, tmp):
     name = "saved_model.pbtxt" if model.text else "saved_model.pb"
     data = protos.to_text(saved).encode() if model.text else saved.SerializeToString()
     (tmp / name).write_bytes(data)
-
-
-def _replace_dir(out, fill, force):
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
-        fill(tmp)
-        _move_into_place(tmp, out, force)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def _replace_file(out, data, force):
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        _move_into_place(Path(tmp), out, force)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _move_into_place(tmp, out, force):
-    if out.exists() or out.is_symlink():
-        if not force:
-            raise InputError(f"{out}: output already exists (use --force to replace it)")
-        if out.is_dir() and not out.is_symlink():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.rename(out, old)
-            os.rename(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-            return
-    os.replace(tmp, out)

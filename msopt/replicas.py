@@ -3,12 +3,24 @@
 Each worker is ``msopt run`` itself with a hidden start barrier: it loads and warms up, announces it
 is ready, and starts measuring only when every worker is ready, so the measured windows overlap.
 Works on the CPU as well as on a shared GPU (with CUDA MPS, see msopt.mps).
+
+Nothing outlives the run. Each worker leads a process group of its own (a terminal's Ctrl-C reaches the
+parent only), and whatever ends the parent (an error, Ctrl-C, SIGTERM, SIGHUP) stops the groups and
+removes the run's directory, which also holds the workers' TMPDIR. A parent killed outright (SIGKILL)
+cannot clean up: its workers then get SIGTERM from the kernel (PR_SET_PDEATHSIG on Linux, a watch on
+the parent's pid elsewhere), clean their own files and remove the run's directory themselves.
 """
+import atexit
+import contextlib
+import ctypes
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +30,67 @@ from msopt.errors import CheckFailed, InputError
 
 READY_TIMEOUT_S = 600.0
 POLL_S = 0.02
+STOP_GRACE_S = 5.0  # from SIGTERM to SIGKILL, for a worker to clean up
+PARENT_ENV = "MSOPT_REPLICA_PARENT"
+STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+_PR_SET_PDEATHSIG = 1
+
+
+@contextlib.contextmanager
+def _stop_signals_exit():
+    """Turn SIGTERM and SIGHUP into SystemExit(128 + signal), once, so that cleanup code runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+
+    def handler(signum, frame):
+        if not caught:
+            caught.append(signum)
+            os.write(2, f"msopt: error: stopped by {signal.Signals(signum).name}\n".encode())
+            raise SystemExit(128 + signum)
+
+    previous = {name: signal.signal(getattr(signal, name), handler) for name in STOP_SIGNALS if hasattr(signal, name)}
+    try:
+        yield
+    finally:
+        for name, old in previous.items():
+            signal.signal(getattr(signal, name), old)
+
+
+def serve_as_worker(barrier):
+    """In a worker, first thing: end (cleaning up) when the parent ends, even when it is killed outright."""
+    parent = int(os.environ.get(PARENT_ENV, os.getppid()))
+    barrier = Path(barrier)
+    caught = []
+
+    def on_term(signum, frame):
+        if not caught:  # once: a second signal must not break the cleanup the first one started
+            caught.append(signum)
+            signal.alarm(int(STOP_GRACE_S * 2))  # a worker stuck inside TensorFlow still ends
+            raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    atexit.register(lambda: os.getppid() != parent and shutil.rmtree(barrier, ignore_errors=True))
+    if not _parent_death_signal(signal.SIGTERM):
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        raise SystemExit(128 + signal.SIGTERM)
+
+
+def _parent_death_signal(signum):
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent):
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def wait_for_start(barrier):
@@ -34,26 +107,46 @@ def wait_for_start(barrier):
 
 def run_replicas(worker_args, count, env=None):
     """Start ``count`` workers (``msopt run`` + ``worker_args``), release them together, aggregate their reports."""
-    with tempfile.TemporaryDirectory(prefix="msopt-replicas-") as barrier:
+    with _stop_signals_exit(), tempfile.TemporaryDirectory(prefix="msopt-replicas-") as barrier:
         barrier = Path(barrier)
+        worker_tmp = barrier / "tmp"  # the workers' temporary files, removed with the run
+        worker_tmp.mkdir()
         procs = []
         try:
             for k in range(count):
                 args = [sys.executable, "-m", "msopt", "run", *worker_args, "--json", "--worker-barrier", str(barrier)]
-                worker_env = {**os.environ, **(env or {}), "MSOPT_REPLICA": str(k)}
+                worker_env = {**os.environ, **(env or {}), "MSOPT_REPLICA": str(k), PARENT_ENV: str(os.getpid()),
+                              "TMPDIR": str(worker_tmp)}
                 # Files, not pipes: a worker never blocks on output nobody reads yet.
                 with open(barrier / f"stdout-{k}", "w") as out, open(barrier / f"stderr-{k}", "w") as err:
-                    procs.append(subprocess.Popen(args, stdout=out, stderr=err, text=True, env=worker_env))
+                    procs.append(subprocess.Popen(args, stdout=out, stderr=err, text=True, env=worker_env,
+                                                  start_new_session=True))
             _wait_ready(procs, barrier)
             (barrier / "go").touch()
             _wait_done(procs, barrier)
         finally:
-            for p in procs:  # after a failure: stop the workers still running
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+            _stop(procs)
         reports = [json.loads((barrier / f"stdout-{k}").read_text()) for k in range(count)]
     return aggregate(reports)
+
+
+def _stop(procs):
+    """Stop the workers still running: SIGTERM to their groups, SIGKILL after a grace period."""
+    running = [p for p in procs if p.poll() is None]
+    for p in running:
+        _signal_group(p, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for p in running:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(p, signal.SIGKILL)
+            p.wait()
+
+
+def _signal_group(proc, signum):
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signum)
 
 
 def _wait_done(procs, barrier):

@@ -86,6 +86,10 @@ def run(model, signature, streams, device, batch_size, inputs_npz, records, seed
     from msopt.runner import parse_priorities, set_visible_gpus, streams_in
 
     started = time.perf_counter()
+    if worker_barrier:
+        from msopt.replicas import serve_as_worker
+
+        serve_as_worker(worker_barrier)
     set_visible_gpus(gpus)
     loaded, view = open_model(model, tags)
     streams = streams or streams_in(view)
@@ -169,6 +173,7 @@ def _run_here(loaded, view, o):
         make_records(specs[chosen]["inputs"], o["batch_size"], 1, o["seed"], o["inputs_npz"])
     progress("loading TensorFlow")
     import_tensorflow()
+    o = {**o, **{k: os.path.abspath(o[k]) for k in PATH_OPTIONS if o[k]}}  # the Runner works in a directory of its own
     runner = Runner(loaded, view, o["streams"], o["device"], o["gpu_memory_fraction"], o["allow_growth"],
                     o["priorities"], o["intra_op_threads"], o["inter_op_threads"])
     try:
@@ -203,6 +208,9 @@ def _run_here(loaded, view, o):
         return document
     finally:
         runner.close()
+
+
+PATH_OPTIONS = ("inputs_npz", "save_outputs", "compare_to", "trace_path", "profile_path")
 
 
 def _checked_step(executable, name, feeds):

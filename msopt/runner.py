@@ -7,6 +7,7 @@ in a v1 Session built from that device configuration; TF2 SavedModels run their 
 functions eagerly, as a plain TensorFlow loop does, and for traces and profiles also in such a
 Session, whose step statistics report where each op really ran.
 """
+import contextlib
 import os
 import tempfile
 import time
@@ -16,6 +17,7 @@ import numpy as np
 
 from msopt.errors import InputError
 from msopt.execute import NUMPY_DTYPES, Executable, import_tensorflow, random_inputs
+from msopt.workdir import absolute
 
 DEFAULT_GPU_MEMORY_FRACTION = 0.9  # of each GPU, split among the streams when they are virtual GPUs
 
@@ -214,14 +216,22 @@ class Runner:
         self.device_type, self.config = configure_devices(tf, streams, device, memory_fraction, allow_growth, priorities)
         self.config.intra_op_parallelism_threads = intra_op_threads  # 0: TensorFlow's choice (all cores)
         self.config.inter_op_parallelism_threads = inter_op_threads
+        self._session = self.executable = None
+        # A private working directory while the model runs (a graph's save op writes to relative paths).
         self._workdir = tempfile.TemporaryDirectory(prefix="msopt-run-")
-        self.model, self.partition, self.merges = place(model, view, streams, self.device_type, self._workdir.name)
-        self.view = view
-        self.streams = streams
-        # TF2 SavedModels run their signature functions eagerly, as a plain TensorFlow loop does.
-        self.executable = Executable(self.model, streams, self.device_type, session_config=self.config, eager=True)
-        self.specs = self.executable.specs
-        self._session = None
+        self._cwd = os.getcwd()
+        model = absolute(model)
+        os.chdir(self._workdir.name)
+        try:
+            self.model, self.partition, self.merges = place(model, view, streams, self.device_type, self._workdir.name)
+            self.view = view
+            self.streams = streams
+            # TF2 SavedModels run their signature functions eagerly, as a plain TensorFlow loop does.
+            self.executable = Executable(self.model, streams, self.device_type, session_config=self.config, eager=True)
+            self.specs = self.executable.specs
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def session_executable(self):
@@ -251,7 +261,11 @@ class Runner:
         return collected
 
     def close(self):
-        self.executable.close()
-        if self._session is not None:
-            self._session.close()
-        self._workdir.cleanup()
+        try:
+            for executable in (self.executable, self._session):
+                if executable is not None:
+                    executable.close()
+        finally:
+            os.chdir(self._cwd)
+            with contextlib.suppress(OSError):  # already gone when a replica run's directory went first
+                self._workdir.cleanup()

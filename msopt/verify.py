@@ -3,6 +3,7 @@ import numpy as np
 
 from msopt.errors import InputError
 from msopt.execute import Executable, first_line, random_inputs
+from msopt.workdir import runs_models
 
 
 def compare_outputs(expected, actual):
@@ -24,6 +25,7 @@ def compare_outputs(expected, actual):
     return identical, worst
 
 
+@runs_models  # a graph's save op must not write into the user's directory
 def verify(original, rewritten, devices, device_type="cpu", batch_size=3, seed=0):
     """Run every signature of both models on the same random inputs; returns a report dict.
 

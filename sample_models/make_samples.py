@@ -647,6 +647,76 @@ def make_deepfm_tf2(out, values):
 
 
 # ---------------------------------------------------------------------------
+# 5. bilinear: four branches of bilinear pooling, the demo's model
+
+BILINEAR_LOCATIONS = 128 * 128  # feature-map locations the pooling sums over
+BILINEAR_CHANNELS = 4            # input channels per location
+BILINEAR_DIM = 16                # channels per branch after the projection
+BILINEAR_CLASSES = 10
+BILINEAR_BRANCHES = 4
+
+
+def bilinear_values():
+    rng = _rng(5)
+    c, d, k = BILINEAR_CHANNELS, BILINEAR_DIM, BILINEAR_CLASSES
+    values = {}
+    for i in range(BILINEAR_BRANCHES):
+        values["branch_%d/proj/weights" % i] = _glorot(rng, [c, d])
+        values["branch_%d/proj/biases" % i] = _normal(rng, [d], 0.01)
+        values["branch_%d/fc/weights" % i] = _glorot(rng, [d * d, k])
+        values["branch_%d/fc/biases" % i] = _normal(rng, [k], 0.01)
+    return values
+
+
+def _bilinear_v1_graph():
+    """features [batch, locations, channels] -> per branch: 1x1 projection, bilinear pooling
+    (the outer products of the locations' features, summed: one long, narrow contraction),
+    signed square root, l2 normalization, a classifier; the mean of the branches' logits."""
+    created = {}
+    d = BILINEAR_DIM
+    features = v1.placeholder(
+        tf.float32, [None, BILINEAR_LOCATIONS, BILINEAR_CHANNELS],
+        name="features")
+
+    def var(name, shape):
+        v = _zeros_var(name, shape, use_resource=False)
+        created[v.op.name] = v
+        return v
+
+    logits = []
+    for i in range(BILINEAR_BRANCHES):
+        with v1.variable_scope("branch_%d" % i):
+            with v1.variable_scope("proj"):
+                proj = tf.nn.relu(
+                    tf.matmul(features, var("weights", [BILINEAR_CHANNELS, d]))
+                    + var("biases", [d]))
+            pooled = tf.matmul(tf.transpose(proj, [0, 2, 1]), proj) / float(
+                BILINEAR_LOCATIONS)
+            pooled = tf.reshape(pooled, [-1, d * d])
+            pooled = tf.sign(pooled) * tf.sqrt(tf.abs(pooled) + 1e-12)
+            pooled = tf.math.l2_normalize(pooled, axis=1)
+            with v1.variable_scope("fc"):
+                logits.append(tf.identity(
+                    tf.matmul(pooled, var("weights", [d * d, BILINEAR_CLASSES]))
+                    + var("biases", [BILINEAR_CLASSES]), name="logits"))
+    mean_logits = tf.reduce_mean(tf.stack(logits), axis=0, name="mean_logits")
+    return features, logits, mean_logits, created
+
+
+def make_bilinear_tf1(out, values):
+    export_dir = os.path.join(out, "bilinear_tf1")
+    g = tf.Graph()
+    with g.as_default():
+        features, logits, mean_logits, created = _bilinear_v1_graph()
+        with v1.Session(graph=g) as sess:
+            _init_from(sess, [(v, values[n]) for n, v in created.items()])
+            outputs = {"logits_%d" % i: t for i, t in enumerate(logits)}
+            outputs["mean_logits"] = mean_logits
+            _save_v1(sess, export_dir, {"features": features}, outputs)
+    return export_dir
+
+
+# ---------------------------------------------------------------------------
 # generation
 
 
@@ -666,13 +736,15 @@ def generate(out):
     deepfm = deepfm_values()
     make_deepfm_tf1(out, deepfm)
     make_deepfm_tf2(out, deepfm)
+    make_bilinear_tf1(out, bilinear_values())
 
 
 # ---------------------------------------------------------------------------
 # --check
 
 SAVED_MODELS = ["linreg_tf1", "linreg_tf2", "towers_tf1", "towers_tf2",
-                "stage_tf1", "stage_tf2", "deepfm_tf1", "deepfm_tf2"]
+                "stage_tf1", "stage_tf2", "deepfm_tf1", "deepfm_tf2",
+                "bilinear_tf1"]
 V1_CONTROL_FLOW = {"Enter", "Exit", "Merge", "Switch", "NextIteration"}
 BATCH = 3
 
