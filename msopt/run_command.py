@@ -137,9 +137,10 @@ def _run_replicas(model, loaded, signature, inputs_npz, mps, mps_threads, replic
         return {**run_replicas(worker_args, replicas), "mps": None}
     from msopt.mps import MpsDaemon, check_client_limit, visible_by_uuid
 
+    daemon = MpsDaemon()  # checks first that the NVIDIA tools are there
     check_client_limit(replicas)
     visible_by_uuid()  # the daemon remaps indices; UUIDs name the same GPUs for it and its clients
-    with MpsDaemon() as daemon:
+    with daemon:
         progress(f"MPS daemon on {daemon.pipe_dir}; starting {replicas} replicas")
         document = run_replicas(worker_args, replicas, env=daemon.client_env(mps_threads),
                                 on_ready=daemon.check_clients)

@@ -178,7 +178,8 @@ def place(model, view, streams, device_type, workdir, layout=None):
     if not plan:
         return model, plan, merges
     out = Path(workdir) / Path(model.path).name
-    emit.write(model, plan, out, placement="device", device_type=layout if device_type == "gpu" and layout else device_type)
+    devices = layout if device_type == "gpu" and layout is not None else device_type
+    emit.write(model, plan, out, placement="device", device_type=devices)
     return load(out, ",".join(model.tags) if model.format == "saved_model" else None), plan, merges
 
 
