@@ -7,6 +7,7 @@ Two sources, the first that answers wins:
    CUDA_DEVICE_ORDER exactly as TensorFlow's CUDA runtime will. The total memory is asked
    without creating a context (``cuMemGetInfo`` would need one: memory claimed, and an MPS
    client attached), so the answer is the device's size, not what other processes left free;
+   the subprocess gets an empty MPS pipe directory, so it never joins an MPS daemon;
 2. ``nvidia-smi`` (``--query-gpu=index,uuid,name,pci.bus_id,memory.total`` and ``-L`` for MIG
    devices), with CUDA_VISIBLE_DEVICES resolved here the way the CUDA documentation describes:
    entries are indices in CUDA's order, ``GPU-`` UUIDs (or unique prefixes) or ``MIG-`` UUIDs,
@@ -23,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 
 from msopt.errors import InputError
@@ -180,11 +182,16 @@ def _resolve_entry(entry, ordered, certain):
 
 def driver_gpus(timeout=60):
     """The visible devices as the CUDA driver reports them, or None when it cannot be asked (no libcuda)."""
-    try:
-        done = subprocess.run([sys.executable, "-c", DRIVER_PROBE], capture_output=True, text=True, timeout=timeout)
-        answer = json.loads(done.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return None
+    # cuInit connects to a running MPS control daemon: an empty pipe directory keeps the probe from becoming
+    # an MPS client (and from the daemon's remapped device numbering). cuDeviceTotalMem needs no context.
+    with tempfile.TemporaryDirectory(prefix="msopt-no-mps-") as no_mps:
+        env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": no_mps}
+        try:
+            done = subprocess.run([sys.executable, "-c", DRIVER_PROBE], capture_output=True, text=True,
+                                  timeout=timeout, env=env)
+            answer = json.loads(done.stdout.strip().splitlines()[-1])
+        except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+            return None
     if "devices" not in answer:
         return None
     spec = os.environ.get("CUDA_VISIBLE_DEVICES")

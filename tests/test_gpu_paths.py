@@ -185,6 +185,12 @@ def test_the_driver_probe_reads_memory_and_uuids_through_ctypes(tmp_path, monkey
         (24576, "GPU-11111111-1111-1111-1111-111111111111", "cuda-driver"),
         (40960, "GPU-22222222-2222-2222-2222-222222222222", "cuda-driver")]
     assert memory_mb(2) == [24576, 40960]  # the driver answers before nvidia-smi is asked
+    # With an MPS daemon serving the pipe directory, the probe must not attach to it as a client.
+    pipe = tmp_path / "pipe"
+    pipe.mkdir()
+    (pipe / "control").touch()
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(pipe))
+    assert len(driver_gpus()) == 2 and not list(pipe.glob("standin-client-*"))
     monkeypatch.setenv("STANDIN_CUDA_FAIL_INIT", "1")
     assert driver_gpus() is None
 
