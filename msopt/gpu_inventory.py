@@ -103,12 +103,17 @@ def physical_gpus():
     """Every GPU nvidia-smi lists: [{index, uuid, name, pci, memory_mb, migs: [{uuid, profile, memory_mb}]}]."""
     gpus = []
     for line in nvidia_smi(f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"):
-        parts = [_field(p) for p in line.split(",")]
-        if len(parts) != 5 or parts[0] is None:
+        parts = line.split(",")
+        if len(parts) < 5 or not parts[0].strip().isdigit():
             raise InputError(f"{SMI} --query-gpu={QUERY}: unexpected line '{line.strip()}'")
-        memory = parts[4]
-        gpus.append({"index": int(parts[0]), "uuid": parts[1], "name": parts[2] or "", "pci": parts[3] or "",
-                     "memory_mb": int(float(memory)) if memory is not None else None, "migs": []})
+        name = _field(",".join(parts[2:-2]))  # a name could hold a comma; the other fields cannot
+        uuid, pci, memory = _field(parts[1]), _field(parts[-2]), _field(parts[-1])
+        try:
+            memory_mb = int(float(memory)) if memory is not None else None
+        except ValueError:
+            memory_mb = None
+        gpus.append({"index": int(parts[0]), "uuid": uuid, "name": name or "", "pci": pci or "",
+                     "memory_mb": memory_mb, "migs": []})
     by_index = {g["index"]: g for g in gpus}
     parent = None
     for line in nvidia_smi("-L"):

@@ -178,7 +178,8 @@ def _run_here(loaded, view, o):
     """One process: place, load, check inputs, compare, measure, trace, stage (``o``: the command's options)."""
     from msopt.execute import import_tensorflow
     from msopt.inspect import signatures
-    from msopt.runner import Runner, batch_of, choose_signature, latency_summary, make_records, measure
+    from msopt.runner import (Runner, batch_of, bitwise_gpu_numerics, choose_signature, latency_summary,
+                              make_records, measure)
 
     specs = signatures(loaded)  # checked before TensorFlow loads, when the model declares signatures
     if specs:
@@ -204,7 +205,7 @@ def _run_here(loaded, view, o):
         if runner.layout is not None:
             document["gpu_layout"] = runner.layout.describe()
         if o["compare_to"] and runner.device_type == "gpu":
-            document["gpu_numerics"] = _bitwise_gpu(runner.tf)
+            document["gpu_numerics"] = bitwise_gpu_numerics(runner.tf)
         steps = [_checked_step(runner.executable, name, f) for f in feeds]
         first = [step() for step in steps]  # also checks that the model runs at all
         if o["compare_to"]:
@@ -225,16 +226,6 @@ def _run_here(loaded, view, o):
         return document
     finally:
         runner.close()
-
-
-def _bitwise_gpu(tf):
-    """What a bitwise --compare-to on a GPU needs, set before the first step runs; returned for the report."""
-    tf.config.experimental.enable_tensor_float_32_execution(False)  # TF32 rounds float32 matmuls/convolutions
-    tf.config.experimental.enable_op_determinism()  # no atomics-based reductions; may refuse some ops
-    return {"tensor_float_32": False, "op_determinism": True,
-            "cudnn_autotune": os.environ.get("TF_CUDNN_USE_AUTOTUNE", "1") != "0",
-            "note": "TF32 off, op determinism on and cuDNN autotuning off for the comparison: "
-                    "the measured latency is that of this deterministic configuration"}
 
 
 def _checked_step(executable, name, feeds):
@@ -297,7 +288,7 @@ def _save(path, outputs):
 
 
 def _trace(runner, name, feeds, o):
-    from msopt.trace import chrome_trace, costs_document, executed_devices, executed_names
+    from msopt.trace import chrome_trace, costs_document, executed_devices, executed_names, has_kernel_rows
 
     progress(f"tracing {o['trace_steps']} steps")
     metadata = runner.traced_steps(name, feeds, o["trace_steps"])
@@ -320,6 +311,9 @@ def _trace(runner, name, feeds, o):
         costs, unmapped = costs_document(metadata, names)
         write_json(o["profile_path"], costs)
         result["profile"] = {"path": o["profile_path"], "ops": len(costs["ops"]), "unmapped_executed_nodes": unmapped}
+        if runner.device_type == "gpu" and not has_kernel_rows(metadata):
+            result["profile"]["note"] = "no GPU kernel rows (is CUPTI loadable?): GPU ops are charged launch times"
+            click.echo(f"msopt: note: {result['profile']['note']}", err=True)
     return result
 
 

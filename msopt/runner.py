@@ -125,6 +125,18 @@ def configure_devices(tf, streams, device="auto", memory_fraction=None, allow_gr
     return device, config
 
 
+def bitwise_gpu_numerics(tf):
+    """What a bitwise --compare-to on a GPU needs, set before the first step runs; returned for the report.
+
+    TF_CUDNN_USE_AUTOTUNE=0 must already be in the environment (msopt run sets it before TensorFlow starts)."""
+    tf.config.experimental.enable_tensor_float_32_execution(False)  # TF32 rounds float32 matmuls/convolutions
+    tf.config.experimental.enable_op_determinism()  # no atomics-based reductions; may refuse some ops
+    return {"tensor_float_32": False, "op_determinism": True,
+            "cudnn_autotune": os.environ.get("TF_CUDNN_USE_AUTOTUNE", "1") != "0",
+            "note": "TF32 off, op determinism on and cuDNN autotuning off for the comparison: "
+                    "the measured latency is that of this deterministic configuration"}
+
+
 def gpu_layout(tf, streams):
     """The msopt.gpu_layout.GpuLayout of ``streams`` over the GPUs TensorFlow sees, with their UUIDs when known."""
     from msopt.gpu_inventory import visible_gpus

@@ -140,6 +140,11 @@ def op_costs(run_metadatas, names):
     return mean(ops), mean(host_us), len(unmapped - {"_SOURCE"})
 
 
+def has_kernel_rows(run_metadatas):
+    """True when the GPU tracer recorded kernels (it needs CUPTI; without it a GPU profile holds launches only)."""
+    return any(row_kind(d.device) == "kernels" for md in run_metadatas for d in md.step_stats.dev_stats)
+
+
 def costs_document(run_metadatas, names):
     """The costs file: "ops" (what partition --costs reads) and, on a GPU, "host_ops" (launch times)."""
     ops, host, unmapped = op_costs(run_metadatas, names)

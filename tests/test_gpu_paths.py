@@ -21,7 +21,7 @@ from msopt.gpu_layout import GpuLayout, stream_device
 from msopt.graph import GraphView
 from msopt.load import load
 from msopt.runner import virtual_devices
-from msopt.trace import costs_document, executed_devices, executed_names, row_kind
+from msopt.trace import costs_document, executed_devices, executed_names, has_kernel_rows, row_kind
 
 HERE = Path(__file__).resolve().parent
 BIN = HERE / "bin"
@@ -255,6 +255,7 @@ def test_gpu_profile_sums_kernels_from_stream_all_and_keeps_launches_as_host_tim
     assert costs["host_ops"] == {"MatMul": 5.0, "Add": 3.0, "MatMul_1": 5.0, "weight_x/read": 2.0}
     assert costs["steps"] == 2 and unmapped == 1  # the cub kernel of no op
     assert executed_devices(step, names)["MatMul_1"] == "/device:GPU:1"  # tracer rows never give the placement
+    assert has_kernel_rows([step]) and not has_kernel_rows([RunMetadata()])  # no CUPTI: no kernel rows
     assert [row_kind(d.device) for d in step.step_stats.dev_stats] == [
         "device", "device", "device", "skip", "skip", "kernels", "skip", "skip", "skip", "skip"]
 
@@ -343,8 +344,8 @@ def test_cpu_device_hides_the_gpus_before_the_context_starts():
 def test_bitwise_compare_on_a_gpu_turns_tf32_off_and_determinism_on():
     code = ("import tensorflow as tf\n"
             "from tensorflow.python.framework import config\n"
-            "from msopt.run_command import _bitwise_gpu\n"
-            "doc = _bitwise_gpu(tf)\n"
+            "from msopt.runner import bitwise_gpu_numerics\n"
+            "doc = bitwise_gpu_numerics(tf)\n"
             "print(tf.config.experimental.tensor_float_32_execution_enabled(),\n"
             "      config.is_op_determinism_enabled(), doc['tensor_float_32'])\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,

@@ -83,9 +83,11 @@ def test_priorities_and_visible_gpus(monkeypatch):
             parse_priorities(bad, 2)
     with pytest.raises(InputError, match="3 priorities for 2 streams"):
         parse_priorities("0,0,0", 2)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # recorded, so the value set below is undone after the test
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER")
     set_visible_gpus("0, 2")
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,2"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,2" and os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     with pytest.raises(InputError, match="GPU indices"):
         set_visible_gpus("first")
 
