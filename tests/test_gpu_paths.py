@@ -281,6 +281,19 @@ def test_a_jit_scope_cluster_shares_one_stream():
     assert "XLA cluster" in next(m["reason"] for m in merges if "xla" in m["constraint"])
 
 
+def test_an_auto_clustered_compile_and_its_run_share_one_stream():
+    from handbuilt import view
+
+    from msopt import constraints
+
+    # The shape XLA's build_xla_ops_pass gives a cluster: _XlaCompile -> _XlaRun (key) -> _XlaMerge.
+    graph = view([("x", "Placeholder", []), ("compile", "_XlaCompile", ["x"]), ("run", "_XlaRun", ["x", "compile"]),
+                  ("merge", "_XlaMerge", ["run", "x"]), ("y", "Relu", ["merge"]), ("z", "Relu", ["x"])])
+    plan, merges = constraints.apply(graph, {"compile": 0, "run": 1, "merge": 1, "y": 1, "z": 0}, 2)
+    assert plan["compile"] == plan["run"] == plan["merge"] and plan["z"] == 0
+    assert [m["constraint"] for m in merges] == ["xla"]
+
+
 def test_a_jit_compile_function_call_keeps_its_body_on_the_callers_stream():
     import tensorflow as tf
 
