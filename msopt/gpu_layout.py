@@ -4,11 +4,10 @@ The rule: with G visible GPUs, stream k runs on GPU k mod G, as the (k // G)-th 
 virtual devices. Every GPU gets N = ceil(streams / G) virtual devices (the last ones unused when
 G does not divide the stream count), so each GPU's memory is split the same way.
 
-Why round-robin and not blocks of consecutive streams: msopt's rules number streams in the order
-they fill them (stream 0 first, and the heaviest groups first), so round-robin spreads the work
-evenly over the GPUs for any stream count; blocks would leave the last GPUs with the lightest
-streams, or none. Data-parallel towers across GPUs would need the model copied per GPU, which a
-partition does not do.
+Why round-robin: every GPU gets as many streams as the others (give or take one), a stream's GPU
+does not depend on the stream count, and the first G streams use all G GPUs. Data-parallel towers
+across GPUs would need the model copied per GPU, which a partition does not do. Its cost: streams
+that exchange tensors may sit on different GPUs and pay for the copies (not priced by the cost model).
 
 TensorFlow numbers virtual devices physical GPU by physical GPU (``gpu_device.cc``,
 ``BaseGPUDeviceFactory::CreateDevices``: one spec per virtual device, GPU 0's first, ordered by
