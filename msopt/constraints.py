@@ -11,6 +11,7 @@ change made. Each constraint is one function below; ``apply`` composes them:
 - frame_links: every node of a TF1 control-flow frame (Enter ... Exit) shares one stream;
 - fusion_links: a chain grappler fuses into one kernel (Conv2D/MatMul + BiasAdd/FusedBatchNorm
   + activation) shares one stream: the fused node runs on one device whatever its parts said;
+- xla_cluster_links (msopt.xla_clusters): the nodes of one XLA cluster share one stream;
 - share_streams: each linked group moves, whole, to the stream most of its consumers got;
 - const_copies (used by emit, not a partition change): per-stream copies of Const nodes.
 
@@ -20,6 +21,7 @@ call is one node and its body functions are partitioned like any other function.
 from collections import Counter, defaultdict
 
 from msopt.graph import node_key
+from msopt.xla_clusters import xla_cluster_links
 
 DT_STRING = 7
 DT_RESOURCE = 20
@@ -87,7 +89,7 @@ def apply(view, partition, streams, options=None):
     merges = _drop(partition, host)
     links = _UnionFind()
     linkers = (("colocation", colocation_links), ("resource", resource_links), ("frame", frame_links),
-               ("fusion", fusion_links))
+               ("fusion", fusion_links), ("xla", xla_cluster_links))
     for kind, linker in linkers:
         for a, b in linker(view):
             if a not in host and b not in host:
@@ -300,7 +302,8 @@ def _consumes_for_model(view, key, members):
 
 def _reason(kinds):
     text = {"colocation": "colocation group (_class loc:@)", "resource": "resource/reference and its consumers",
-            "frame": "TF1 control-flow frame", "fusion": "a chain grappler fuses into one kernel"}
+            "frame": "TF1 control-flow frame", "fusion": "a chain grappler fuses into one kernel",
+            "xla": "an XLA cluster (compiled into one executable)"}
     return "; ".join(text[k] for k in sorted(kinds))
 
 

@@ -34,6 +34,9 @@ def check_output(model, out, force):
 
 
 def device_name(device_type, stream):
+    """Stream k's device: k-th device of ``device_type`` ("cpu"/"gpu"), or a msopt.gpu_layout.GpuLayout's choice."""
+    if not isinstance(device_type, str):
+        return device_type.device_name(stream)
     return f"/device:{device_type.upper()}:{stream}"
 
 

@@ -90,6 +90,11 @@ def configure_logical_devices(tf, count, device_type="cpu"):
     config = [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
     if kind == "GPU":
         raise InputError("GPU virtual devices are configured by msopt run, not by --verify")
+    try:  # CPU streams: hide the GPUs before the context starts, or unassigned ops would run on GPU:0
+        tf.config.set_visible_devices([], "GPU")
+    except RuntimeError:
+        if tf.config.get_visible_devices("GPU"):
+            raise InputError("TensorFlow already initialized its GPUs in this process") from None
     tf.config.set_logical_device_configuration(physical[0], config)
     _configured[kind] = count
 
@@ -137,8 +142,8 @@ class Executable:
     def _load_tf1(self, devices, device_type, soft_placement, variable_values):
         tf = self.tf
         v1 = tf.compat.v1
-        config = self._session_config or v1.ConfigProto(device_count={device_type.upper(): devices},
-                                                        allow_soft_placement=soft_placement)
+        counts = {device_type.upper(): devices, **({"GPU": 0} if device_type.upper() == "CPU" else {})}
+        config = self._session_config or v1.ConfigProto(device_count=counts, allow_soft_placement=soft_placement)
         self.graph = tf.Graph()
         self.session = v1.Session(graph=self.graph, config=config)
         try:

@@ -2,8 +2,9 @@
 
 A daemon already serving ``CUDA_MPS_PIPE_DIRECTORY`` (default /tmp/nvidia-mps) is joined and left
 running; otherwise one is started with private pipe and log directories and stopped afterwards.
-A client that cannot reach the daemon silently runs without MPS, so the daemon is checked again
-after the run.
+A client that cannot reach the daemon silently runs without MPS, so once the workers are ready
+each one is looked up in the servers' client lists (``get_server_list``, ``get_client_list``),
+and the daemon is checked again after the run.
 """
 import os
 import shutil
@@ -13,26 +14,13 @@ import time
 from pathlib import Path
 
 from msopt.errors import CheckFailed, InputError
+from msopt.gpu_inventory import SMI, compute_capabilities, nvidia_smi, uuids_for
 
 CONTROL = "nvidia-cuda-mps-control"
-SMI = "nvidia-smi"
 DEFAULT_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 START_TIMEOUT_S = 10.0
-
-
-def nvidia_smi(*args):
-    """stdout lines of nvidia-smi, or InputError naming what is missing."""
-    path = shutil.which(SMI)
-    if path is None:
-        raise InputError(f"no NVIDIA GPU: {SMI} is not on PATH (install the NVIDIA driver)")
-    try:
-        done = subprocess.run([path, *args], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise InputError(f"{SMI} failed: {e}") from None
-    if done.returncode != 0:
-        detail = (done.stderr or done.stdout).strip().splitlines()
-        raise InputError(f"no usable NVIDIA GPU: {SMI} {' '.join(args)} failed: {detail[0] if detail else done.returncode}")
-    return [line.strip() for line in done.stdout.splitlines() if line.strip()]
+ATTACH_TIMEOUT_S = 10.0  # how long ready workers get to show up in the server's client list
+VOLTA_CLIENTS, PRE_VOLTA_CLIENTS = 48, 16
 
 
 def list_gpus():
@@ -43,16 +31,33 @@ def list_gpus():
     return gpus
 
 
-def gpu_memory_mb(count):
-    """Total memory (MB) of the first ``count`` visible GPUs, honouring CUDA_VISIBLE_DEVICES indices."""
-    totals = [int(float(v)) for v in nvidia_smi("--query-gpu=memory.total", "--format=csv,noheader,nounits")]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible:
-        indices = [int(v) for v in visible.split(",") if v.strip().isdigit()]
-        totals = [totals[i] for i in indices if i < len(totals)]
-    if len(totals) < count:
-        raise InputError(f"{SMI} reports memory for {len(totals)} GPU(s), TensorFlow sees {count}")
-    return totals[:count]
+def client_limit():
+    """Client CUDA contexts one MPS server accepts per GPU: 48 from Volta (compute capability 7) on, 16 before.
+
+    NVIDIA's MPS documentation (Limitations): "Volta MPS server supports 48 client CUDA contexts
+    per-device"; pre-Volta MPS servers 16. Unknown capability (nvidia-smi older than r510): 48.
+    """
+    majors = list(compute_capabilities().values())
+    return PRE_VOLTA_CLIENTS if majors and min(majors) < 7 else VOLTA_CLIENTS
+
+
+def check_client_limit(replicas):
+    """InputError when ``replicas`` clients exceed what MPS accepts on each GPU (every replica uses every GPU)."""
+    limit = client_limit()
+    if replicas > limit:
+        raise InputError(f"--replicas {replicas} with --mps: an MPS server accepts at most {limit} clients per GPU "
+                         f"(NVIDIA's MPS documentation), and every replica is a client of every GPU it uses")
+
+
+def visible_by_uuid():
+    """Under MPS, CUDA_VISIBLE_DEVICES by UUID: the daemon remaps indices (its clients see 0..n-1), so an index
+    kept for the clients names the wrong GPU or none; UUIDs name the same GPUs for both. Returns the UUIDs."""
+    spec = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if spec is None or not any(e.strip().isdigit() for e in spec.split(",")):
+        return None
+    uuids = uuids_for([e.strip() for e in spec.split(",") if e.strip()])
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(uuids)
+    return uuids
 
 
 class MpsDaemon:
@@ -111,6 +116,32 @@ class MpsDaemon:
         if not os.path.exists(os.path.join(self.pipe_dir, "control")):
             return False
         return self._control([], "get_server_list\n").returncode == 0
+
+    def attached_clients(self):
+        """PIDs of the clients of every MPS server this daemon runs."""
+        servers = self._control([], "get_server_list\n")
+        clients = set()
+        for server in (s.strip() for s in servers.stdout.splitlines()):
+            if server.isdigit():
+                listed = self._control([], f"get_client_list {server}\n").stdout.split()
+                clients.update(int(pid) for pid in listed if pid.isdigit())
+        return clients
+
+    def check_clients(self, pids, timeout=ATTACH_TIMEOUT_S):
+        """CheckFailed naming the first replica (index in ``pids``) that is not an MPS client: it runs without MPS."""
+        deadline = time.monotonic() + timeout
+        while True:
+            clients = self.attached_clients()
+            missing = [k for k, pid in enumerate(pids) if pid not in clients]
+            if not missing:
+                return
+            self.check_alive()
+            if time.monotonic() > deadline:
+                k = missing[0]
+                raise CheckFailed(f"--mps: replica {k} (pid {pids[k]}) is not a client of the MPS server on "
+                                  f"{self.pipe_dir}, so it runs without MPS (clients: "
+                                  f"{', '.join(map(str, sorted(clients))) or 'none'}; did TensorFlow see a GPU?)")
+            time.sleep(0.1)
 
     def check_alive(self):
         """CheckFailed if the daemon went away during the run (its clients may have run without MPS)."""

@@ -105,8 +105,10 @@ def wait_for_start(barrier):
         time.sleep(POLL_S / 4)
 
 
-def run_replicas(worker_args, count, env=None):
-    """Start ``count`` workers (``msopt run`` + ``worker_args``), release them together, aggregate their reports."""
+def run_replicas(worker_args, count, env=None, on_ready=None):
+    """Start ``count`` workers (``msopt run`` + ``worker_args``), release them together, aggregate their reports.
+
+    ``on_ready(pids)`` runs once every worker is loaded and warmed up, before they are released."""
     with _stop_signals_exit(), tempfile.TemporaryDirectory(prefix="msopt-replicas-") as barrier:
         barrier = Path(barrier)
         worker_tmp = barrier / "tmp"  # the workers' temporary files, removed with the run
@@ -122,6 +124,8 @@ def run_replicas(worker_args, count, env=None):
                     procs.append(subprocess.Popen(args, stdout=out, stderr=err, text=True, env=worker_env,
                                                   start_new_session=True))
             _wait_ready(procs, barrier)
+            if on_ready is not None:
+                on_ready([p.pid for p in procs])
             (barrier / "go").touch()
             _wait_done(procs, barrier)
         finally:
@@ -192,7 +196,8 @@ def aggregate(reports):
     records = sum(r["steps"] * r["batch_size"] for r in reports)
     steps = sum(r["steps"] for r in reports)
     window = last - first
-    per_replica = [{"pid": r["pid"], "latency_ms": r["latency_ms"], "throughput": r["throughput"]} for r in reports]
+    per_replica = [{"pid": r["pid"], "device_type": r.get("device_type"), "latency_ms": r["latency_ms"],
+                    "throughput": r["throughput"]} for r in reports]
     base = {k: v for k, v in reports[0].items() if k not in ("latencies_ms", "started_unix", "pid", "latency_ms",
                                                              "throughput", "wall_s", "steps")}
     return {

@@ -37,13 +37,17 @@ from msopt.execute import first_line
               help='Write measured per-op times {"unit": "us", "ops": {node key: us}} for msopt partition --costs.')
 @click.option("--trace-steps", type=click.IntRange(1), default=3, show_default=True,
               help="Fully traced steps behind --trace and --profile (not part of the latency figures).")
-@click.option("--gpus", default=None, help="GPUs to use, e.g. 0,1 (sets CUDA_VISIBLE_DEVICES).")
+@click.option("--gpus", default=None,
+              help="GPUs to use, e.g. 0,1 (nvidia-smi's indices; sets CUDA_VISIBLE_DEVICES, and CUDA_DEVICE_ORDER="
+                   "PCI_BUS_ID unless set). Streams are spread over them: stream k on GPU k mod G.")
 @click.option("--gpu-memory-fraction", type=click.FloatRange(0, 1, min_open=True), default=None,
-              help="Share of each GPU's memory to use (per_process_gpu_memory_fraction), split among the streams "
-                   "(default 0.9 when streams are virtual GPUs).")
-@click.option("--allow-growth", is_flag=True, help="Allocate GPU memory on demand instead of up front.")
+              help="Share of each GPU's memory to use, split among its streams (default 0.9, divided by "
+                   "--replicas: every replica shares every GPU).")
+@click.option("--allow-growth", is_flag=True,
+              help="Allocate GPU memory on demand instead of up front (TF_FORCE_GPU_ALLOW_GROWTH=true).")
 @click.option("--stream-priority", default=None,
-              help="CUDA priority per stream, comma-separated (one value applies to all); lower runs first.")
+              help="CUDA priority per stream, comma-separated (one value applies to all), from -5 (runs first) "
+                   "to 0 (default); older GPUs accept a narrower range.")
 @click.option("--mps", is_flag=True, help="Run the replicas under CUDA MPS (joins a running daemon or starts one).")
 @click.option("--mps-threads", type=click.IntRange(1, 100), default=None,
               help="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for each replica (with --mps).")
@@ -61,12 +65,13 @@ from msopt.execute import first_line
 @click.option("--inter-op-threads", type=click.IntRange(0), default=0, show_default=True,
               help="Ops run at once (0: TensorFlow's choice).")
 @click.option("--worker-barrier", default=None, hidden=True)
+@click.option("--worker-replicas", type=click.IntRange(1), default=1, hidden=True)
 @TAGS
 @JSON
 def run(model, signature, streams, device, batch_size, inputs_npz, records, seed, iterations, warmup, save_outputs,
         compare_to, trace_path, profile_path, trace_steps, gpus, gpu_memory_fraction, allow_growth, stream_priority,
         mps, mps_threads, replicas, stage, stage_boundary, stage_threads, stage_capacity, intra_op_threads,
-        inter_op_threads, worker_barrier, tags, as_json):
+        inter_op_threads, worker_barrier, worker_replicas, tags, as_json):
     """Run MODEL with its ops on their streams, and measure latency and throughput.
 
     Streams become devices before TensorFlow optimizes the graph: virtual GPUs (each its
@@ -83,7 +88,7 @@ def run(model, signature, streams, device, batch_size, inputs_npz, records, seed
       msopt run /tmp/towers_ms2 --device cpu --iterations 50 \\
           --compare-to sample_models/towers_tf1 --trace /tmp/towers.trace.json --json
     """
-    from msopt.runner import parse_priorities, set_visible_gpus, streams_in
+    from msopt.runner import parse_priorities, request_allow_growth, set_visible_gpus, streams_in
 
     started = time.perf_counter()
     if worker_barrier:
@@ -91,6 +96,11 @@ def run(model, signature, streams, device, batch_size, inputs_npz, records, seed
 
         serve_as_worker(worker_barrier)
     set_visible_gpus(gpus)
+    if allow_growth:
+        request_allow_growth()  # before TensorFlow creates its allocators, in this process and the replicas
+    if compare_to:
+        # A bitwise comparison needs both models to pick the same cuDNN algorithms (read once, at start).
+        os.environ.setdefault("TF_CUDNN_USE_AUTOTUNE", "0")
     loaded, view = open_model(model, tags)
     streams = streams or streams_in(view)
     priorities = parse_priorities(stream_priority, streams)
@@ -125,19 +135,26 @@ def _run_replicas(model, loaded, signature, inputs_npz, mps, mps_threads, replic
         name = choose_signature(specs, signature)
         if inputs_npz:
             read_npz(inputs_npz, specs[name]["inputs"])
-    worker_args = _worker_args(sys.argv)
+    worker_args = _worker_args(sys.argv) + ["--worker-replicas", str(replicas)]
     if not mps:
         progress(f"starting {replicas} replicas")
         return {**run_replicas(worker_args, replicas), "mps": None}
-    from msopt.mps import MpsDaemon
+    from msopt.mps import MpsDaemon, check_client_limit, visible_by_uuid
 
-    with MpsDaemon() as daemon:
+    daemon = MpsDaemon()  # checks first that the NVIDIA tools are there
+    check_client_limit(replicas)
+    visible_by_uuid()  # the daemon remaps indices; UUIDs name the same GPUs for it and its clients
+    with daemon:
         progress(f"MPS daemon on {daemon.pipe_dir}; starting {replicas} replicas")
-        document = run_replicas(worker_args, replicas, env=daemon.client_env(mps_threads))
+        document = run_replicas(worker_args, replicas, env=daemon.client_env(mps_threads),
+                                on_ready=daemon.check_clients)
         daemon.check_alive()
-        document["mps"] = {**daemon.describe(), "active_thread_percentage": mps_threads}
-    if document["device_type"] != "gpu":
-        click.echo("msopt: note: TensorFlow saw no GPU, so the replicas ran on the CPU and MPS had no effect", err=True)
+        document["mps"] = {**daemon.describe(), "active_thread_percentage": mps_threads,
+                           "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    for k, replica in enumerate(document["per_replica"]):
+        if replica.get("device_type") != "gpu":
+            raise CheckFailed(f"--mps: replica {k} ran on the {replica.get('device_type') or 'unknown device'}, "
+                              f"not a GPU: TensorFlow saw no GPU there, so MPS had no effect")
     return document
 
 
@@ -145,7 +162,7 @@ def _worker_args(argv):
     """This command's arguments minus the ones only the parent acts on."""
     args = list(argv[argv.index("run") + 1:]) if "run" in argv else list(argv[1:])
     drop_flag = {"--mps", "--json"}
-    drop_value = {"--replicas", "-r", "--mps-threads"}
+    drop_value = {"--replicas", "-r", "--mps-threads", "--gpus"}  # --gpus: the workers inherit CUDA_VISIBLE_DEVICES
     out, skip = [], False
     for arg in args:
         if skip:
@@ -165,7 +182,8 @@ def _run_here(loaded, view, o):
     """One process: place, load, check inputs, compare, measure, trace, stage (``o``: the command's options)."""
     from msopt.execute import import_tensorflow
     from msopt.inspect import signatures
-    from msopt.runner import Runner, batch_of, choose_signature, latency_summary, make_records, measure
+    from msopt.runner import (Runner, batch_of, bitwise_gpu_numerics, choose_signature, latency_summary,
+                              make_records, measure)
 
     specs = signatures(loaded)  # checked before TensorFlow loads, when the model declares signatures
     if specs:
@@ -175,7 +193,7 @@ def _run_here(loaded, view, o):
     import_tensorflow()
     o = {**o, **{k: os.path.abspath(o[k]) for k in PATH_OPTIONS if o[k]}}  # the Runner works in a directory of its own
     runner = Runner(loaded, view, o["streams"], o["device"], o["gpu_memory_fraction"], o["allow_growth"],
-                    o["priorities"], o["intra_op_threads"], o["inter_op_threads"])
+                    o["priorities"], o["intra_op_threads"], o["inter_op_threads"], replicas=o["worker_replicas"])
     try:
         name = choose_signature(runner.specs, o["signature"])
         spec = runner.specs[name]
@@ -183,11 +201,16 @@ def _run_here(loaded, view, o):
         batch = batch_of(feeds[0], o["batch_size"])
         document = {
             "model": o["model"], "signature": name, "device_type": runner.device_type, "streams": o["streams"],
-            "devices": [f"/device:{runner.device_type.upper()}:{k}" for k in range(o["streams"])],
+            "devices": [runner.layout.device_name(k) if runner.layout else f"/device:CPU:{k}"
+                        for k in range(o["streams"])],
             "placement": {"assigned_nodes": len(runner.partition), "constraint_merges": runner.merges},
             "inputs": {"source": o["inputs_npz"] or "generated", "records": len(feeds), "batch_size": batch},
             "warmup": o["warmup"],
         }
+        if runner.layout is not None:
+            document["gpu_layout"] = runner.layout.describe()
+        if o["compare_to"] and runner.device_type == "gpu":
+            document["gpu_numerics"] = bitwise_gpu_numerics(runner.tf)
         steps = [_checked_step(runner.executable, name, f) for f in feeds]
         first = [step() for step in steps]  # also checks that the model runs at all
         if o["compare_to"]:
@@ -273,7 +296,7 @@ def _save(path, outputs):
 
 
 def _trace(runner, name, feeds, o):
-    from msopt.trace import chrome_trace, costs_document, executed_devices, executed_names
+    from msopt.trace import chrome_trace, costs_document, executed_devices, executed_names, has_kernel_rows
 
     progress(f"tracing {o['trace_steps']} steps")
     metadata = runner.traced_steps(name, feeds, o["trace_steps"])
@@ -285,6 +308,10 @@ def _trace(runner, name, feeds, o):
             streams_on.setdefault(str(stream), {}).setdefault(placed[key], 0)
             streams_on[str(stream)][placed[key]] += 1
     result = {"executed": {"nodes_traced": len(placed), "stream_to_device": streams_on}}
+    if runner.layout is not None:  # the physical GPU (visible index) behind each stream's devices
+        result["executed"]["stream_to_gpu"] = {
+            stream: sorted({runner.layout.gpu_of_device(d) for d in devices} - {None})
+            for stream, devices in streams_on.items()}
     if o["trace_path"]:
         write_json(o["trace_path"], chrome_trace(metadata, names))
         result["trace"] = o["trace_path"]
@@ -292,6 +319,9 @@ def _trace(runner, name, feeds, o):
         costs, unmapped = costs_document(metadata, names)
         write_json(o["profile_path"], costs)
         result["profile"] = {"path": o["profile_path"], "ops": len(costs["ops"]), "unmapped_executed_nodes": unmapped}
+        if runner.device_type == "gpu" and not has_kernel_rows(metadata):
+            result["profile"]["note"] = "no GPU kernel rows (is CUPTI loadable?): GPU ops are charged launch times"
+            click.echo(f"msopt: note: {result['profile']['note']}", err=True)
     return result
 
 
@@ -357,6 +387,12 @@ def _text(doc):
         lines.append(f"  stage: {s['records']} records, {s['records_per_s']} records/s; blocked upstream "
                      f"{s['upstream_blocked_s']} s, downstream {s['downstream_blocked_s']} s; "
                      f"identical to unpipelined: {s['identical_to_unpipelined']}")
+    if doc.get("gpu_layout"):
+        layout = doc["gpu_layout"]
+        lines.append(f"  GPUs: {layout['gpus']} ({layout['rule']}): " + ", ".join(
+            f"stream {r['stream']} -> GPU {r['gpu']}" for r in layout["streams"]))
+    if doc.get("gpu_numerics"):
+        lines.append(f"  compare on GPU: {doc['gpu_numerics']['note']}")
     if doc.get("mps"):
         lines.append(f"  MPS: {doc['mps']['pipe_directory']}")
     for key in ("trace", "profile"):

@@ -17,7 +17,6 @@ are the same thing. TensorFlow is imported only when a function here runs.
 """
 import contextlib
 import functools
-import subprocess
 import sys
 import types
 
@@ -67,11 +66,13 @@ def _stream_of_new_op(graph, node_def):
     return AttrValue(i=blocks[-1]) if blocks else None
 
 
-def place(graph=None, streams=None, device_type="gpu"):
+def place(graph=None, streams=None, device_type="gpu", gpus=None):
     """Put each op with a stream on that stream's device, after msopt's placement constraints.
 
     Call it once the graph is built and before the Session runs it. Returns the constraint
-    merges (ops moved so that TensorFlow can place the graph as written).
+    merges (ops moved so that TensorFlow can place the graph as written). On GPUs, stream k runs
+    on GPU k mod ``gpus`` (default: every GPU this process sees), on the virtual device
+    ``session_config`` made for it there: pass both the same ``gpus``.
     """
     import tensorflow as tf
 
@@ -86,23 +87,38 @@ def place(graph=None, streams=None, device_type="gpu"):
         for key, stream_id in partition.items():
             if stream_id >= streams:
                 raise ValueError(f"op '{key}' is on stream {stream_id}, outside [0, {streams})")
-    plan, merges = constraints.apply(view, partition, streams or max(partition.values(), default=0) + 1)
+    count = streams or max(partition.values(), default=0) + 1
+    plan, merges = constraints.apply(view, partition, count)
+    devices = device_type
+    if device_type == "gpu":
+        from msopt.gpu_layout import GpuLayout
+
+        devices = GpuLayout(count, _gpu_count(gpus))
     for op in graph.get_operations():
         stream_id = plan.get(op.name)
         if stream_id is not None:
             op._set_attr(STREAM_ATTR, tf.compat.v1.AttrValue(i=stream_id))
-            op._set_device(device_name(device_type, stream_id))
+            op._set_device(device_name(devices, stream_id))
     return merges
 
 
-def session_config(multi_stream_num, use_multi_stream=True, device_type="gpu", config=None, memory_limit_mb=None):
+def session_config(multi_stream_num, use_multi_stream=True, device_type="gpu", config=None, memory_limit_mb=None,
+                   gpus=None):
     """The stock-TensorFlow ConfigProto for DeepRec's ``use_multi_stream`` / ``multi_stream_num``.
 
-    DeepRec gives each stream a virtual GPU; so does this: ``multi_stream_num`` virtual GPUs
-    on the first GPU (each ``memory_limit_mb``, default an equal share of 90% of its memory),
-    or ``multi_stream_num`` CPU devices with ``device_type="cpu"``. ``config`` is copied, not changed.
+    DeepRec gives each stream a virtual GPU; so does this, over ``gpus`` GPUs (default: every GPU
+    this process sees, CUDA_VISIBLE_DEVICES honoured): one ``VirtualDevices`` entry per GPU, each
+    with ceil(multi_stream_num / gpus) devices (stream k on GPU k mod gpus, see msopt.gpu_layout),
+    and ``visible_device_list`` naming those GPUs. Each device gets ``memory_limit_mb`` (default an
+    equal share of 90% of its GPU's memory, read as msopt.gpu_inventory does). With
+    ``device_type="cpu"``: ``multi_stream_num`` CPU devices. ``config`` is copied, not changed.
+
+    Run it, and create the Session from it, before any eager op touches a GPU: TensorFlow creates
+    its GPU devices once per process, and a later Session asking for other virtual devices fails.
     """
     import tensorflow as tf
+
+    from msopt.gpu_layout import per_gpu
 
     result = tf.compat.v1.ConfigProto()
     if config is not None:
@@ -114,20 +130,38 @@ def session_config(multi_stream_num, use_multi_stream=True, device_type="gpu", c
     if device_type == "cpu":
         result.device_count["CPU"] = multi_stream_num
         return result
+    count = _gpu_count(gpus)
+    each = per_gpu(multi_stream_num, count)
     if memory_limit_mb is None:
-        memory_limit_mb = int(0.9 * _gpu_memory_mb() / multi_stream_num)
-    virtual = result.gpu_options.experimental.virtual_devices.add()
-    virtual.memory_limit_mb.extend([float(memory_limit_mb)] * multi_stream_num)
+        limits = [int(0.9 * total / each) for total in _gpu_memory_mb(count)]
+    else:
+        limits = [memory_limit_mb] * count
+    del result.gpu_options.experimental.virtual_devices[:]
+    for limit in limits:
+        result.gpu_options.experimental.virtual_devices.add().memory_limit_mb.extend([float(limit)] * each)
+    result.gpu_options.visible_device_list = ",".join(str(g) for g in range(count))
     return result
 
 
-def _gpu_memory_mb():
+def _gpu_count(gpus):
+    """``gpus`` if given, else the GPUs this process will see (at least 1, so a GPU-less machine keeps one entry)."""
+    if gpus is not None:
+        if not isinstance(gpus, int) or gpus < 1:
+            raise ValueError(f"gpus must be an integer >= 1, got {gpus!r}")
+        return gpus
+    from msopt.gpu_inventory import visible_gpus
+
+    return max(1, len(visible_gpus()))
+
+
+def _gpu_memory_mb(count):
+    from msopt.errors import InputError
+    from msopt.gpu_inventory import memory_mb
+
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", "0"],
-                             capture_output=True, text=True, timeout=30, check=True).stdout
-        return float(out.split()[0])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        raise RuntimeError("cannot read the GPU's memory size with nvidia-smi: pass memory_limit_mb") from None
+        return memory_mb(count)
+    except InputError as e:
+        raise RuntimeError(f"cannot read the GPUs' memory size ({e}): pass memory_limit_mb") from None
 
 
 class _CallableModule(types.ModuleType):

@@ -56,17 +56,46 @@ def chrome_trace(run_metadatas, names):
                 if ns.node_name == "_SOURCE":
                     continue
                 events.append({
-                    "ph": "X", "pid": pid[device], "tid": ns.thread_id, "name": names.get(ns.node_name, ns.node_name),
+                    "ph": "X", "pid": pid[device], "tid": ns.thread_id,
+                    "name": tracer_key(ns.node_name, names) or ns.node_name,
                     "ts": ns.all_start_micros - origin, "dur": max(ns.all_end_rel_micros, 0),
                     "args": {"op": _op_type(ns), "node": ns.node_name, "device": device, "step": step},
                 })
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
+def row_kind(device):
+    """What a step-statistics row (DeviceStepStats.device) holds, after TensorFlow's xplane_to_step_stats.cc.
+
+    'device': an executor row ('/job:.../device:GPU:0'): on a CPU the op's compute time, on a GPU
+    the time to launch its kernels; 'kernels': '/device:GPU:N/stream:all', every kernel that ran on
+    GPU N (N: the CUDA ordinal); 'skip': the same kernels again per stream ('/stream:7'), copies
+    ('/memcpy', '/stream:7<MemcpyH2D>'), events of no known stream ('/stream:') and the host's
+    cuStreamSynchronize calls ('/sync').
+    """
+    tail = device.rsplit("/device:", 1)[-1]
+    if "/" not in tail:
+        return "device"
+    return "kernels" if tail.endswith("/stream:all") else "skip"
+
+
+def tracer_key(node_name, names):
+    """The view key of a row's node name: GPU tracer rows say 'name:type' (tf_op_fullname); kernels of no op
+    keep the kernel's own name and map to nothing."""
+    key = names.get(node_name)
+    if key is None and ":" in node_name:
+        name, _, op_type = node_name.rpartition(":")
+        if op_type.isidentifier():
+            key = names.get(name)
+    return key
+
+
 def executed_devices(run_metadata, names):
     """{view key: device it ran on} for the nodes of one traced step that map to the graph view."""
     placed = {}
     for dev in run_metadata.step_stats.dev_stats:
+        if row_kind(dev.device) != "device":
+            continue  # tracer rows name the physical GPU, not the (virtual) device the op was placed on
         for ns in dev.node_stats:
             key = names.get(ns.node_name)
             if key is not None:
@@ -75,27 +104,51 @@ def executed_devices(run_metadata, names):
 
 
 def op_costs(run_metadatas, names):
-    """({view key: mean microseconds per step}, count of executed nodes that map to no view key).
+    """({view key: mean us per step}, {view key: mean host us per step}, count of executed nodes mapping to no key).
 
-    A node's time is its kernel time (op start to op end); nodes that grappler fused or created
-    (e.g. a MatMul+BiasAdd+Relu fusion) are charged to the node whose name the result kept.
+    An op's time is its kernel time: on the CPU its executor row (op start to op end); on a GPU the
+    sum of its kernels in the '/stream:all' rows (one op may launch several), because the executor
+    row of a GPU op only measures the launch. Those launch times are the host times (second dict).
+    A GPU op that launched no kernel (shape arithmetic, host-memory ops) is charged its executor
+    row. Nodes that grappler fused or created (e.g. a MatMul+BiasAdd+Relu fusion) are charged to
+    the node whose name the result kept.
     """
-    total = defaultdict(float)
+    device_us, kernel_us, host_us = defaultdict(float), defaultdict(float), defaultdict(float)
     unmapped = set()
     for md in run_metadatas:
         for dev in md.step_stats.dev_stats:
-            if "/stream:" in dev.device or "/memcpy" in dev.device:
-                continue  # GPU tracer rows repeat the ops of their device; count each op once
+            kind = row_kind(dev.device)
+            if kind == "skip":
+                continue
+            on_gpu = "/device:GPU:" in dev.device
             for ns in dev.node_stats:
-                key = names.get(ns.node_name)
+                key = tracer_key(ns.node_name, names) if kind == "kernels" else names.get(ns.node_name)
                 if key is None:
                     unmapped.add(ns.node_name)
                     continue
-                total[key] += max(ns.op_end_rel_micros - ns.op_start_rel_micros, 0)
+                us = max(ns.op_end_rel_micros - ns.op_start_rel_micros, 0)
+                if kind == "kernels":
+                    kernel_us[key] += us
+                else:
+                    device_us[key] += us
+                    if on_gpu:
+                        host_us[key] += us
     steps = max(len(run_metadatas), 1)
-    return {key: round(us / steps, 3) for key, us in sorted(total.items())}, len(unmapped - {"_SOURCE"})
+    ops = {key: kernel_us.get(key, us) for key, us in device_us.items()}
+    ops.update((key, us) for key, us in kernel_us.items() if key not in ops)
+    mean = lambda table: {key: round(us / steps, 3) for key, us in sorted(table.items())}  # noqa: E731
+    return mean(ops), mean(host_us), len(unmapped - {"_SOURCE"})
+
+
+def has_kernel_rows(run_metadatas):
+    """True when the GPU tracer recorded kernels (it needs CUPTI; without it a GPU profile holds launches only)."""
+    return any(row_kind(d.device) == "kernels" for md in run_metadatas for d in md.step_stats.dev_stats)
 
 
 def costs_document(run_metadatas, names):
-    ops, unmapped = op_costs(run_metadatas, names)
-    return {"unit": "us", "steps": len(run_metadatas), "ops": ops}, unmapped
+    """The costs file: "ops" (what partition --costs reads) and, on a GPU, "host_ops" (launch times)."""
+    ops, host, unmapped = op_costs(run_metadatas, names)
+    document = {"unit": "us", "steps": len(run_metadatas), "ops": ops}
+    if host:
+        document["host_ops"] = host
+    return document, unmapped

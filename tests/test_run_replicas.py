@@ -1,7 +1,9 @@
 """msopt run --replicas and --mps: worker processes, aggregation, and the MPS daemon's life cycle.
 
 The MPS daemon and nvidia-smi are the stand-ins in tests/bin (on PATH here only); TensorFlow
-sees no GPU, so the replicas run on the CPU while the orchestration around them is real.
+sees no GPU, so the replicas run on the CPU while the orchestration around them is real. The
+replica probe attaches each worker to the stand-in daemon as a CUDA client would (unless a test
+says otherwise), so a run under --mps ends with the check that every replica ran on a GPU.
 """
 import json
 import os
@@ -22,7 +24,8 @@ def standin_env(tmp_path, **extra):
     probe = tmp_path / "probe"
     probe.mkdir(exist_ok=True)
     return {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(PROBE), "MSOPT_PROBE_DIR": str(probe),
-            "MSOPT_STANDIN_EVENTS": str(tmp_path / "events.jsonl"), **{k: str(v) for k, v in extra.items()}}
+            "MSOPT_STANDIN_EVENTS": str(tmp_path / "events.jsonl"), "MSOPT_PROBE_ATTACH": "all",
+            **{k: str(v) for k, v in extra.items()}}
 
 
 def events(tmp_path):
@@ -46,21 +49,21 @@ def test_replicas_on_the_cpu_are_aggregated():
 def test_mps_starts_a_private_daemon_passes_its_environment_and_stops_it(tmp_path):
     done = run_msopt("run", MODEL, "--device", "cpu", "--mps", "--mps-threads", 40, "--replicas", 2,
                      "--iterations", 20, "--json", env=standin_env(tmp_path))
-    assert done.returncode == 0, done.stderr
-    doc = json.loads(done.stdout)
-    mps = doc["mps"]
-    assert mps["started_by_msopt"] and mps["active_thread_percentage"] == 40
-    assert "ran on the CPU and MPS had no effect" in done.stderr
+    # Every replica attached, but TensorFlow saw no GPU: a run under MPS that did not use it fails.
+    assert done.returncode == 1 and done.stdout == ""
+    assert "--mps: replica 0 ran on the cpu, not a GPU" in done.stderr and done.stderr.count("\n") == 1
     commands = [e["command"] for e in events(tmp_path)]
     assert commands[0] == "-d" and commands[-1] == "quit" and "get_server_list" in commands
-    assert all(e["pipe"] == mps["pipe_directory"] for e in events(tmp_path))
+    assert any(c.startswith("get_client_list ") for c in commands)  # the attach check asked the server
+    pipe = events(tmp_path)[0]["pipe"]
+    assert all(e["pipe"] == pipe for e in events(tmp_path))
     seen = probes(tmp_path)
     assert set(seen) == {"replica-0.json", "replica-1.json"}
     for env in seen.values():
-        assert env["CUDA_MPS_PIPE_DIRECTORY"] == mps["pipe_directory"]
-        assert env["CUDA_MPS_LOG_DIRECTORY"] == mps["log_directory"]
+        assert env["CUDA_MPS_PIPE_DIRECTORY"] == pipe
+        assert env["CUDA_MPS_LOG_DIRECTORY"].startswith(str(Path(pipe).parent))
         assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
-    assert not Path(mps["pipe_directory"]).exists()  # private directories removed after the daemon stopped
+    assert not Path(pipe).exists()  # private directories removed after the daemon stopped
 
 
 def test_mps_joins_a_running_daemon_and_leaves_it_running(tmp_path):
@@ -74,9 +77,8 @@ def test_mps_joins_a_running_daemon_and_leaves_it_running(tmp_path):
                 break
             time.sleep(0.05)
         done = run_msopt("run", MODEL, "--device", "cpu", "--mps", "--iterations", 5, "--json", env=env)
-        assert done.returncode == 0, done.stderr
-        doc = json.loads(done.stdout)
-        assert doc["mps"]["pipe_directory"] == str(pipe) and not doc["mps"]["started_by_msopt"]
+        assert done.returncode == 1 and "replica 0 ran on the cpu" in done.stderr  # no GPU here
+        assert all(e["pipe"] == str(pipe) for e in events(tmp_path))
         commands = [e["command"] for e in events(tmp_path)]
         assert commands.count("-d") == 1 and "quit" not in commands  # only the test's own start
         assert (pipe / "control").exists()
@@ -120,3 +122,39 @@ def test_mps_without_a_gpu_names_what_is_missing(tmp_path):
 def test_options_that_need_one_process_are_refused_with_replicas():
     done = run_msopt("run", MODEL, "--replicas", 2, "--trace", "t.json")
     assert done.returncode == 2 and "--trace runs in one process" in done.stderr
+
+
+def test_a_replica_that_never_attaches_to_the_daemon_fails_the_run(tmp_path):
+    env = standin_env(tmp_path, MSOPT_PROBE_ATTACH="0")  # replica 1 runs, but not as a client of the server
+    done = run_msopt("run", MODEL, "--device", "cpu", "--mps", "--replicas", 2, "--iterations", 5, env=env)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert "--mps: replica 1 (pid " in done.stderr and "is not a client of the MPS server" in done.stderr
+    assert [e["command"] for e in events(tmp_path)][-1] == "quit"
+
+
+TWO_GPUS = json.dumps([
+    {"name": "Stand-in A", "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000000", "pci": "00000000:3B:00.0",
+     "memory": 16384, "cc": "8.0"},
+    {"name": "Stand-in A", "uuid": "GPU-bbbbbbbb-0000-0000-0000-000000000000", "pci": "00000000:5E:00.0",
+     "memory": 16384, "cc": "8.0"},
+])
+
+
+def test_mps_names_the_gpus_by_uuid_for_the_daemon_and_the_replicas(tmp_path):
+    env = standin_env(tmp_path, MSOPT_STANDIN_GPUS=TWO_GPUS)
+    done = run_msopt("run", MODEL, "--device", "cpu", "--mps", "--gpus", "1", "--replicas", 2, "--iterations", 5,
+                     env=env)
+    assert done.returncode == 1 and "ran on the cpu" in done.stderr
+    started = [e for e in events(tmp_path) if e["command"] == "-d"]
+    assert started[0]["visible"] == "GPU-bbbbbbbb-0000-0000-0000-000000000000"  # not "1": the daemon remaps indices
+    assert {p["CUDA_VISIBLE_DEVICES"] for p in probes(tmp_path).values()} == {started[0]["visible"]}
+    assert all(p["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" for p in probes(tmp_path).values())
+
+
+@pytest.mark.parametrize("cc, replicas, limit", [("6.0", 17, 16), ("8.0", 49, 48)])
+def test_replicas_under_mps_are_capped_at_the_documented_client_limit(tmp_path, cc, replicas, limit):
+    gpus = json.dumps([{"name": "G", "uuid": "GPU-1", "pci": "0:1", "memory": 8000, "cc": cc}])
+    done = run_msopt("run", MODEL, "--mps", "--replicas", replicas, env=standin_env(tmp_path, MSOPT_STANDIN_GPUS=gpus))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert f"--replicas {replicas} with --mps: an MPS server accepts at most {limit} clients per GPU" in done.stderr
+    assert events(tmp_path) == []  # refused before any daemon started

@@ -77,27 +77,35 @@ def test_check_input_names_the_input_the_expected_and_the_given():
 
 def test_priorities_and_visible_gpus(monkeypatch):
     assert parse_priorities("-1", 3) == [-1, -1, -1] and parse_priorities("-1,0", 2) == [-1, 0]
+    assert parse_priorities("-5,0", 2) == [-5, 0]
+    for bad in ("1", "-6", "0,2"):
+        with pytest.raises(InputError, match=f"priority {bad.split(',')[-1]} is outside CUDA's range"):
+            parse_priorities(bad, 2)
     with pytest.raises(InputError, match="3 priorities for 2 streams"):
         parse_priorities("0,0,0", 2)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # recorded, so the value set below is undone after the test
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER")
     set_visible_gpus("0, 2")
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,2"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,2" and os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     with pytest.raises(InputError, match="GPU indices"):
         set_visible_gpus("first")
 
 
 def test_gpu_memory_from_nvidia_smi(monkeypatch):
-    from msopt.mps import gpu_memory_mb, list_gpus
+    from msopt.gpu_inventory import memory_mb
+    from msopt.mps import list_gpus
 
     monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert gpu_memory_mb(1) == [16384] and list_gpus()[0].startswith("GPU 0: Stand-in")
-    with pytest.raises(InputError, match="memory for 1 GPU"):
-        gpu_memory_mb(2)
+    assert memory_mb(1) == [16384] and list_gpus()[0].startswith("GPU 0: Stand-in")
+    with pytest.raises(InputError, match="1 GPU.* found by the driver or nvidia-smi, TensorFlow sees 2"):
+        memory_mb(2)
 
 
 def test_worker_arguments_drop_what_only_the_parent_does():
-    argv = ["msopt", "run", "m", "--mps", "--replicas", "3", "--mps-threads=20", "-k", "5", "--json", "--device", "cpu"]
+    argv = ["msopt", "run", "m", "--mps", "--replicas", "3", "--mps-threads=20", "-k", "5", "--json", "--device", "cpu",
+            "--gpus", "1,2"]  # --gpus: the workers inherit CUDA_VISIBLE_DEVICES (by UUID under MPS)
     assert _worker_args(argv) == ["m", "-k", "5", "--device", "cpu"]
 
 
