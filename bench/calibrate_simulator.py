@@ -29,7 +29,8 @@ from msopt import cost  # noqa: E402
 from msopt.cost import CostModel  # noqa: E402
 from msopt.graph import GraphView  # noqa: E402
 from msopt.load import load  # noqa: E402
-from msopt.rules import POLICIES, PartitionOptions, make_plan  # noqa: E402
+from msopt.plan import PlanOptions, make_plan  # noqa: E402
+from msopt.rules import POLICIES  # noqa: E402
 from msopt.simulate import simulate  # noqa: E402
 
 # (keras.applications name, IOS model it stands for, published sequential ms, published best ms)
@@ -61,7 +62,7 @@ def predict(view, model, streams=STREAMS, batch_size=1):
         best = None
         for n in streams:
             started = time.perf_counter()
-            plan, _ = make_plan(policy, view, PartitionOptions(streams=n, extra={"cost_model": cm, "model": model}))
+            plan = make_plan(view, PlanOptions(streams=n, policy=policy, const_dup=False), model, cm).partition
             seconds = time.perf_counter() - started
             result = simulate(view, plan, n, cm)
             if best is None or result.makespan_us < best[0]:

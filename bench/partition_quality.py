@@ -49,19 +49,20 @@ def round_robin(view, streams):
 def plan_for(policy, view, streams, cost, model):
     """(partition after the constraints, planning seconds, auto's notes) or None when the policy does not apply."""
     from msopt.constraints import apply
-    from msopt.rules import PartitionOptions, make_plan
+    from msopt.plan import PlanOptions, make_plan
 
-    options = PartitionOptions(streams=streams, extra={"cost_model": cost, "model": model})
+    notes = []
     started = time.perf_counter()
     if policy == "one-stream":
         plan = {}
     elif policy == "round-robin":
-        plan = apply(view, round_robin(view, streams), streams, options)[0]
+        plan = apply(view, round_robin(view, streams), streams)[0]
     else:
-        plan, _ = make_plan(policy, view, options)
+        result = make_plan(view, PlanOptions(streams=streams, policy=policy, const_dup=False), model, cost)
+        plan, notes = result.partition, result.notes
         if policy == "embedding" and not plan:
             return None
-    return plan, time.perf_counter() - started, options.report.get("notes", [])
+    return plan, time.perf_counter() - started, notes
 
 
 def run(models, batches, stream_counts, target):

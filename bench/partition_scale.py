@@ -56,26 +56,26 @@ def peak_rss_mb():
 def measure(size, policy, streams):
     """In this process: build, view, plan; returns one result row."""
     from msopt.graph import GraphView
-    from msopt.rules import PartitionOptions, make_plan
+    from msopt.plan import PlanOptions, make_plan
 
     started = time.perf_counter()
     graph = layered_graph(size)
     view = GraphView(graph)
     built = time.perf_counter() - started
     cost_s = None
-    extra = {}
+    cost_model = None
     if policy == "auto":  # msopt partition builds the cost model for its report whatever the policy: timed apart
         from msopt.cost import CostModel
         from msopt.cost import gc_paused
 
         started = time.perf_counter()
         with gc_paused():
-            extra["cost_model"] = CostModel(view)
+            cost_model = CostModel(view)
         cost_s = round(time.perf_counter() - started, 3)
     before = peak_rss_mb()
-    options = PartitionOptions(streams=streams, extra=extra)
+    options = PlanOptions(streams=streams, policy=policy, const_dup=False)
     started = time.perf_counter()
-    plan, _ = make_plan(policy, view, options)
+    plan = make_plan(view, options, None, cost_model).partition
     elapsed = time.perf_counter() - started
     return {"nodes": size, "edges": sum(len(n.inputs) for n in view.nodes.values()), "policy": policy,
             "streams": streams, "plan_s": round(elapsed, 3), "build_s": round(built, 3), "cost_model_s": cost_s,

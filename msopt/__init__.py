@@ -1,12 +1,22 @@
-"""msopt: multi-stream graph optimizer for exported TensorFlow models."""
+"""msopt: multi-stream graph optimizer for exported TensorFlow models.
+
+The Python API (msopt.inspect, msopt.partition, msopt.simulate; errors msopt.InputError,
+msopt.CheckFailed, msopt.VerifyFailed) and ``msopt.stream`` are loaded on first use, so
+``import msopt`` never imports TensorFlow.
+"""
 
 __version__ = "0.1.0"
 
+API = {"inspect": "msopt.api", "partition": "msopt.api", "simulate": "msopt.api", "stream": None,
+       "InputError": "msopt.errors", "CheckFailed": "msopt.errors", "VerifyFailed": "msopt.errors"}
+__all__ = ["__version__", *API]
+
 
 def __getattr__(name):
-    """``msopt.stream`` is loaded on first use, so ``import msopt`` never imports TensorFlow."""
-    if name == "stream":
-        from importlib import import_module
+    if name not in API:
+        raise AttributeError(f"module 'msopt' has no attribute {name!r}")
+    from importlib import import_module
 
-        return import_module("msopt.stream")
-    raise AttributeError(f"module 'msopt' has no attribute {name!r}")
+    if API[name] is None:
+        return import_module(f"msopt.{name}")
+    return getattr(import_module(API[name]), name)

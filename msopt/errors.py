@@ -11,3 +11,11 @@ class CheckFailed(Exception):
     """A verification or check ran and failed."""
 
     exit_code = 1
+
+
+class VerifyFailed(CheckFailed):
+    """The rewritten model's outputs differ from the original's: ``document`` is the partition report."""
+
+    def __init__(self, message, document):
+        super().__init__(message)
+        self.document = document

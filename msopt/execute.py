@@ -10,7 +10,7 @@ import tempfile
 import numpy as np
 
 from msopt.errors import InputError
-from msopt.inspect import signatures as signature_specs
+from msopt.contents import signatures as signature_specs
 from msopt.protos import DTYPE_NAMES
 
 NUMPY_DTYPES = {

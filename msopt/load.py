@@ -159,3 +159,11 @@ def _check(model):
                     node_name = info.name.split(":")[0].lstrip("^")
                     if node_name not in names:
                         raise InputError(f"{where} names tensor '{info.name}', which is not in the graph")
+
+
+def open_model(path, tags=None):
+    """(Model, GraphView) of the model at ``path``: what every command starts from."""
+    from msopt.graph import GraphView
+
+    model = load(path, tags)
+    return model, GraphView(model.graph_def)

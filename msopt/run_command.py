@@ -6,7 +6,9 @@ import time
 import click
 import numpy as np
 
-from msopt.cli import JSON, MODEL, TAGS, open_model, print_json, progress, write_json
+from msopt.commands.echo import print_json, progress, write_json
+from msopt.commands.options import JSON, MODEL, TAGS
+from msopt.load import open_model
 from msopt.errors import CheckFailed, InputError
 from msopt.execute import first_line
 
@@ -126,7 +128,7 @@ def run(model, signature, streams, device, batch_size, inputs_npz, records, seed
 
 def _run_replicas(model, loaded, signature, inputs_npz, mps, mps_threads, replicas):
     """The parent of ``replicas`` workers: checks what it can without TensorFlow, then runs them (under MPS)."""
-    from msopt.inspect import signatures
+    from msopt.contents import signatures
     from msopt.replicas import run_replicas
     from msopt.runner import choose_signature, read_npz
 
@@ -181,7 +183,7 @@ def _worker_args(argv):
 def _run_here(loaded, view, o):
     """One process: place, load, check inputs, compare, measure, trace, stage (``o``: the command's options)."""
     from msopt.execute import import_tensorflow
-    from msopt.inspect import signatures
+    from msopt.contents import signatures
     from msopt.runner import (Runner, batch_of, bitwise_gpu_numerics, choose_signature, latency_summary,
                               make_records, measure)
 
@@ -362,11 +364,11 @@ def _run_stage(runner, view, name, feeds, model_outputs, o):
 
 def _stage_rule_edges(view):
     """Edges from the stage rule's stage stream into the rest (the rule marks the input subgraph)."""
-    from msopt.rules import POLICIES, PartitionOptions, run_policy
+    from msopt.rules import POLICIES, RuleOptions, run_rule
 
     if "stage" not in POLICIES:
         raise InputError("--stage needs --stage-boundary (the stage rule is not available)")
-    plan = run_policy("stage", view, PartitionOptions(streams=2))
+    plan = run_rule("stage", view, RuleOptions(streams=2)).partition
     return [(src, node.key) for node in view.real_nodes() if plan.get(node.key, 0) == 0
             for src, _ in node.inputs if plan.get(src, 0) != 0]
 

@@ -185,9 +185,9 @@ def place(model, view, streams, device_type, workdir, layout=None):
     ``layout`` (a msopt.gpu_layout.GpuLayout) names the GPU devices when streams are spread over GPUs."""
     from msopt import emit
     from msopt.load import load
-    from msopt.rules import PartitionOptions, make_plan
+    from msopt.plan import plan_rule
 
-    plan, merges = make_plan("none", view, PartitionOptions(streams=streams))
+    plan, merges = plan_rule("none", view, streams)
     if not plan:
         return model, plan, merges
     out = Path(workdir) / Path(model.path).name

@@ -7,7 +7,8 @@ from conftest import SAMPLES
 from msopt.errors import InputError
 from msopt.graph import GraphView
 from msopt.load import load
-from msopt.rules import PartitionOptions, make_plan
+from msopt.plan import ManualOptions, PlanOptions, make_plan
+from msopt.rules import RuleOptions
 from msopt.rules.manual import manual, read_rules
 from test_constraints import mismatches, run_probe
 
@@ -33,8 +34,8 @@ def rules_file(tmp_path, text, name="rules.yaml"):
 
 def plan(name, path, streams=4, **options):
     view = GraphView(load(SAMPLES / name).graph_def)
-    opts = PartitionOptions(streams=streams, rules=str(path), **options)
-    return view, manual(view, opts), opts
+    opts = manual(view, RuleOptions(streams=streams, manual=ManualOptions(str(path), **options)))
+    return view, opts.partition, opts
 
 
 # -- selectors and order ---------------------------------------------------------------------------
@@ -71,7 +72,7 @@ def test_default_stream_is_a_fallback_the_constraints_may_move(tmp_path):
     view, partition, opts = plan("deepfm_tf1", path)
     assert partition["C1"] == 2 and "C1" in opts.fallback
     assert "input_layer/C1_embedding/embedding_lookup" not in opts.fallback
-    final, _ = make_plan("manual", view, PartitionOptions(streams=4, rules=str(path)))
+    final = make_plan(view, PlanOptions(streams=4, manual=ManualOptions(str(path)))).partition
     assert final["input_layer/C1_embedding/embedding_weights"] == 3  # the table follows its lookup
 
 

@@ -9,15 +9,14 @@ from msopt.constraints import apply
 from msopt.cost import CostModel
 from msopt.graph import GraphView
 from msopt.load import load
-from msopt.rules import PartitionOptions, make_plan
+from msopt.plan import PlanOptions, make_plan
 from msopt.simulate import simulate
 from conftest import SAMPLES
 
 
 def auto_plan(v, streams, cost, model=None):
-    options = PartitionOptions(streams=streams, extra={"cost_model": cost, "model": model})
-    plan, _ = make_plan("auto", v, options)
-    return plan, options.report
+    result = make_plan(v, PlanOptions(streams=streams, policy="auto"), model, cost)
+    return result.partition, result.report
 
 
 def brute_force_best(v, streams, cost, keys):

@@ -7,7 +7,7 @@ import pytest
 from handbuilt import view
 from msopt.graph import GraphView
 from msopt.load import load
-from msopt.rules import PartitionOptions, run_policy
+from msopt.rules import CollectiveOptions, RuleOptions, StageOptions, run_rule
 from msopt.rules.embedding import feature_subgraphs
 from conftest import SAMPLES
 
@@ -17,7 +17,9 @@ def sample_view(name):
 
 
 def plan(v, policy, streams, **extra):
-    return run_policy(policy, v, PartitionOptions(streams=streams, extra=extra))
+    options = RuleOptions(streams=streams, stage=StageOptions(tuple(extra.get("boundary", ()))),
+                          collective=CollectiveOptions(extra.get("collective_stream")))
+    return run_rule(policy, v, options).partition
 
 
 # -- embedding ---------------------------------------------------------------------------------

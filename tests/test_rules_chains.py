@@ -6,13 +6,14 @@ import pytest
 
 from handbuilt import diamond, graph_def, view
 from msopt.graph import GraphView
-from msopt.rules import PartitionOptions, make_plan, run_policy
+from msopt.plan import plan_rule
+from msopt.rules import RuleOptions, run_rule
 from msopt.rules.chains import path_cover
 from msopt.rules.walk import flatten
 
 
 def plan(v, streams, policy="chains"):
-    return run_policy(policy, v, PartitionOptions(streams=streams))
+    return run_rule(policy, v, RuleOptions(streams=streams)).partition
 
 
 def cross_edges(v, partition):
@@ -103,7 +104,7 @@ def test_path_cover_is_within_three_percent_of_the_minimum(seed):
 def test_folding_never_exceeds_the_stream_count():
     v = random_layered(2000, seed=2)
     for streams in (1, 2, 3, 8):
-        p, _ = make_plan("chains", v, PartitionOptions(streams=streams))
+        p, _ = plan_rule("chains", v, streams)
         assert set(p.values()) <= set(range(streams))
         assert len(set(p.values())) == streams
 
@@ -159,9 +160,9 @@ PLAN_DIGEST = """
 import hashlib, json, sys
 from msopt.graph import GraphView
 from msopt.load import load
-from msopt.rules import PartitionOptions, run_policy
+from msopt.rules import RuleOptions, run_rule
 view = GraphView(load(sys.argv[1]).graph_def)
-plans = {p: sorted(run_policy(p, view, PartitionOptions(streams=4)).items()) for p in ("chains", "towers", "embedding", "stage")}
+plans = {p: sorted(run_rule(p, view, RuleOptions(streams=4)).partition.items()) for p in ("chains", "towers", "embedding", "stage")}
 print(hashlib.sha256(json.dumps(plans).encode()).hexdigest())
 """
 

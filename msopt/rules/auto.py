@@ -10,33 +10,41 @@
    resource (a kernel cannot finish before all work issued so far could have run on the
    whole GPU, so spreading kernels that already fill the GPU gains nothing); and the same
    with whole chains (a path cover) placed instead of single ops.
-3. The other rules' plans (chains, embedding, towers, stage, collective) where they apply.
+3. The other rules' plans (chains, embedding, towers, stage, collective) where they apply,
+   called directly as the pure functions they are (not through the policy registry).
 4. Every candidate goes through the constraints and the simulator (msopt.simulate), next to
    the one-stream plan; the shortest makespan wins, ties going to fewer streams and fewer
    syncs. So auto never plans something slower than one stream, and it says when it used
    fewer streams than it was given because more did not pay (the report's notes).
 """
+from __future__ import annotations
+
 import heapq
+from dataclasses import replace
 
-from msopt.cost import gc_paused
-from msopt.rules.chains import path_cover
+from msopt.constraints import apply
+from msopt.gc_pause import gc_paused
+from msopt.rules import RuleOptions, RuleResult
+from msopt.rules.chains import chains, path_cover
+from msopt.rules.collective import collective
+from msopt.rules.embedding import embedding
+from msopt.rules.stage import stage
+from msopt.rules.towers import towers
 from msopt.rules.walk import Dag
+from msopt.simulate import simulate
 
-RULE_CANDIDATES = ("chains", "embedding", "towers", "stage", "collective")
+RULE_CANDIDATES = {"chains": chains, "embedding": embedding, "towers": towers, "stage": stage, "collective": collective}
 COST_WEIGHTED = ("chains", "embedding")  # rules also tried with unit work per kernel instead of the cost model's times
 LARGE = 50_000  # beyond this many op instances: only one stream and the full-width list schedule, judged unconstrained
 
 
-def auto(view, options):
+def search(view, options: RuleOptions, cost) -> RuleResult:
+    """The best simulated plan among list schedules and the other rules' plans, on at most options.streams streams."""
     with gc_paused():
-        return _auto(view, options)
+        return _search(view, options, cost)
 
 
-def _auto(view, options):
-    from msopt.constraints import apply
-    from msopt.simulate import simulate
-
-    cost = cost_model(view, options)
+def _search(view, options, cost):
     streams = options.streams
     large = len(cost) > LARGE
     candidates = []
@@ -59,44 +67,23 @@ def _auto(view, options):
     for label, plan in candidates:
         plan = compact(plan)
         # Judge each plan as it will run: after the constraints (skipped on very large graphs, for time).
-        placed = plan if large else apply(view, plan, streams, options)[0]
+        placed = plan if large else apply(view, plan, streams)[0]
         result = simulate(view, placed, streams, cost)
         used = len(set(result.stream_of)) or 1
         scored.append((round(result.makespan_us, 6), used, result.syncs, len(scored), label, plan))
     makespan, used, _, _, label, plan = min(scored)
-    options.notes.extend(explain(label, used, streams, makespan, single, scored))
-    report = getattr(options, "report", None)
-    if report is not None:
-        report["notes"] = options.notes  # the partition report shows them; msopt simulate reads options.notes
-        report["auto"] = {"chosen": label, "streams_used": used, "candidates": [
-            {"plan": row[4], "makespan_ms": round(row[0] / 1000, 6), "streams_used": row[1], "syncs": row[2]}
-            for row in scored]}
-    return plan
-
-
-def cost_model(view, options):
-    """The options' cost model (the partition command may pass one in), else one built from the options."""
-    from msopt.cost import DEFAULT_TARGET, CostModel
-
-    given = option(options, "cost_model")
-    if given is not None:
-        return given
-    return CostModel(view, option(options, "model"), target=option(options, "target") or DEFAULT_TARGET,
-                     batch_size=option(options, "batch_size") or 1, costs=option(options, "costs"))
-
-
-def option(options, name):
-    """A setting from a PartitionOptions field, else from its extra dict, else None."""
-    value = getattr(options, name, None)
-    return value if value is not None else (options.extra or {}).get(name)
+    notes = explain(label, used, streams, makespan, single, scored)
+    report = {"notes": notes, "auto": {"chosen": label, "streams_used": used, "candidates": [
+        {"plan": row[4], "makespan_ms": round(row[0] / 1000, 6), "streams_used": row[1], "syncs": row[2]}
+        for row in scored]}}
+    return RuleResult(plan, report=report, notes=notes)
 
 
 def run_rule(name, view, options, cost):
     """Another rule's raw plan (before the constraints): its ops weighted by ``cost``, or one unit each if None."""
-    from msopt.rules import PartitionOptions, run_policy
-
-    extra = {**(options.extra or {}), "cost_model": cost}
-    return run_policy(name, view, PartitionOptions(streams=options.streams, extra=extra))
+    node_costs = cost.node_times() if cost is not None else None
+    result = RULE_CANDIDATES[name](view, replace(options, node_costs=node_costs))
+    return result.partition if isinstance(result, RuleResult) else result
 
 
 def schedule(cost, streams, chained=False, by_rank=True):

@@ -3,7 +3,7 @@
 Communication ops are NCCL's (NcclAllReduce, NcclReduce, NcclBroadcast), TensorFlow's
 collectives (Collective*), Horovod's (Horovod*), and the transfers TensorFlow inserts between
 devices (_Send/_Recv and their host variants). They go to the last stream (or
-options.extra['collective_stream']); everything else stays on stream 0.
+options.collective.stream); everything else stays on stream 0.
 """
 COMMUNICATION_PREFIXES = ("Nccl", "Collective", "Horovod", "_Nccl")
 COMMUNICATION_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv", "Send", "Recv", "AllReduce"})
@@ -14,7 +14,7 @@ def is_communication(op):
 
 
 def collective(view, options):
-    target = (options.extra or {}).get("collective_stream", options.streams - 1)
+    target = options.streams - 1 if options.collective.stream is None else options.collective.stream
     if options.streams < 2 or target == 0:
         return {}
     return {node.key: target for node in view.real_nodes() if is_communication(node.op)}

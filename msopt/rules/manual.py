@@ -59,10 +59,13 @@ class RulesFile:
 
 
 def manual(view, options):
-    """Partition by the rules file ``options.rules``; records per-rule matches in ``options.report``."""
-    if not options.rules:
+    """Partition by the rules file ``options.manual.rules``; the result's report holds per-rule matches."""
+    from msopt.rules import RuleResult
+
+    if not options.manual.rules:
         raise InputError("policy manual needs a rules file: --rules FILE")
-    spec = read_rules(options.rules)
+    spec = read_rules(options.manual.rules)
+    override = options.manual.override
     partition, fallback, sources = {}, set(), {}
     matched = [0] * len(spec.rules)
     applied = [0] * len(spec.rules)
@@ -71,7 +74,7 @@ def manual(view, options):
         rule = next((r for r in spec.rules if r.selects(node)), None)
         if rule is not None:
             matched[rule.index - 1] += 1
-        free = existing is None or options.override or spec.override
+        free = existing is None or override or spec.override
         if rule is not None and (free or rule.override):
             partition[node.key] = rule.stream
             sources[node.key] = rule.where(spec.path)
@@ -84,12 +87,10 @@ def manual(view, options):
             sources[node.key] = f"default at {spec.path}:{spec.default_line}"
             fallback.add(node.key)
     _check_streams(partition, sources, options.streams)
-    options.fallback = fallback
     rows = [{"rule": r.index, "line": r.line, "name": r.label, "stream": r.stream, "matched": matched[i],
              "applied": applied[i]} for i, r in enumerate(spec.rules)]
-    options.report["rules"] = rows
-    options.report["unmatched_rules"] = [row for row in rows if row["matched"] == 0]
-    return partition
+    report = {"rules": rows, "unmatched_rules": [row for row in rows if row["matched"] == 0]}
+    return RuleResult(partition, fallback, report)
 
 
 def _check_streams(partition, sources, streams):

@@ -1,13 +1,13 @@
 """Policy stage: the input/preprocessing subgraph upstream of a boundary on its own stream (DeepRec's stage_subgraph_stream_id).
 
-The boundary is given as tensor or node names (options.extra['boundary']: 'name', 'name:0',
+The boundary is given as tensor or node names (options.stage.boundary: 'name', 'name:0',
 or 'function:name' inside a function body): the stage is everything upstream of them,
 themselves included. Found automatically, the stage is the preprocessing ops (parsing,
 decoding, string ops, hashing, vocabulary table lookups), everything upstream of them, and
 the stateless ops fed only by stage ops or constants (the numeric tail of the parsing, such
 as StringToNumber -> Log1p); it stops at the first op that reads model state (a variable or
 an embedding table). Checkpoint plumbing (save/restore) never counts. The stage runs on the
-last stream (options.extra['stage_stream'] to choose another), everything else on stream 0.
+last stream (options.stage.stream to choose another), everything else on stream 0.
 """
 from msopt.errors import InputError
 from msopt.rules.walk import flatten
@@ -24,12 +24,11 @@ CHECKPOINT_OPS = frozenset({"SaveV2", "RestoreV2", "MergeV2Checkpoints", "Sharde
 
 def stage(view, options):
     streams = options.streams
-    extra = options.extra or {}
-    target = extra.get("stage_stream", streams - 1)
+    target = streams - 1 if options.stage.stream is None else options.stage.stream
     if streams < 2 or target == 0:
         return {}
     dag = flatten(view)
-    boundary = extra.get("boundary")
+    boundary = options.stage.boundary
     members = upstream(dag, boundary_vertices(view, dag, boundary)) if boundary else automatic_stage(view, dag)
     return {dag.keys[v]: target for v in members if dag.keys[v] is not None and view.nodes[dag.keys[v]].proto is not None}
 

@@ -182,12 +182,9 @@ def longest_to_sink(dag, cost):
 
 
 def vertex_costs(view, dag, options):
-    """Per-vertex time: options.extra['node_costs'] ({key: time}) if given, else the times of the cost model
-    msopt partition passes (options.extra['cost_model']), else one unit per kernel."""
-    extra = options.extra or {}
-    given = extra.get("node_costs")
-    if given is None and extra.get("cost_model") is not None:
-        given = extra["cost_model"].node_times()
+    """Per-vertex time: options.node_costs ({key: time}, the plan layer passes the cost model's) if given,
+    else one unit per kernel."""
+    given = options.node_costs
     nodes = view.nodes
     if given is not None:
         return [given.get(key, 0.0) if key is not None else 0.0 for key in dag.keys]

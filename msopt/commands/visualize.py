@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from msopt.cli import JSON, MODEL, TAGS, open_model, print_json, progress, write_json
+from msopt.commands import options as opt
+from msopt.commands.echo import print_json, progress, write_json
 from msopt.errors import InputError
-from msopt.simulate_cli import BATCH_SIZE, COSTS, TARGET
 
 FORMATS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot", ".html": "html", ".htm": "html"}
 INSTALL_DOT = ("install graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; "
@@ -25,29 +25,28 @@ Example:
 
 
 @click.command(epilog=EXAMPLE)
-@MODEL
+@opt.MODEL
 @click.option("-o", "--output", default=None,
               help="Picture or report to write (replaced if present): .svg .png .pdf .dot or .html "
                    "(default: <model name>.svg here).")
-@click.option("--streams", "-n", type=click.IntRange(1, 1024), default=None,
-              help="Number of streams (default: what the model's _stream_id attributes use; 4 with --policy or --rules).")
-@click.option("--policy", default=None, help="Partition on the fly with this rule (default: none, the model's own _stream_id).")
-@click.option("--rules", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Partition on the fly with the manual rules in this file.")
+@opt.streams(None, "Number of streams (default: what the model's _stream_id attributes use; 4 with --policy or --rules).")
+@opt.policy("Partition on the fly with this rule (default: none, the model's own _stream_id).")
+@opt.rules(must_exist=True)
+@opt.OVERRIDE
 @click.option("--depth", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Name-scope levels drawn open; deeper scopes fold into boxes.")
 @click.option("--expand", multiple=True, metavar="SCOPE",
               help="Also open this scope (and the scopes around it); repeat for several.")
-@click.option("--signature", default=None, help="Signature to draw (default: serving_default, else the first).")
-@TARGET
-@BATCH_SIZE
-@COSTS
-@click.option("--timeline", type=click.Path(dir_okay=False), default=None,
-              help="Also write the simulated schedule as Chrome trace-event JSON (open in Perfetto or chrome://tracing).")
-@TAGS
-@JSON
-def visualize(model, output, streams, policy, rules, depth, expand, signature, target, batch_size, costs, timeline,
-              tags, as_json):
+@opt.SIGNATURE
+@opt.TARGET
+@opt.BATCH_SIZE
+@opt.COSTS
+@opt.TIMELINE
+@opt.BOUNDARY
+@opt.TAGS
+@opt.JSON
+def visualize(model, output, streams, policy, rules, override, depth, expand, signature, target, batch_size, costs,
+              timeline, boundary, tags, as_json):
     """Draw which stream each op of MODEL runs on, folded by name scope so that big models stay readable.
 
     Draws the computation of one signature: TF2 function calls are opened (a called body
@@ -64,7 +63,8 @@ def visualize(model, output, streams, policy, rules, depth, expand, signature, t
     """
     from msopt import report_html
     from msopt import visualize as draw
-    from msopt.rules import PartitionOptions, make_plan
+    from msopt.load import open_model
+    from msopt.plan import CostOptions, ManualOptions, PlanOptions, StageOptions, make_plan
 
     started = time.perf_counter()
     out = Path(output) if output else Path(f"{Path(model.rstrip('/')).stem or 'model'}.svg")
@@ -77,13 +77,12 @@ def visualize(model, output, streams, policy, rules, depth, expand, signature, t
     loaded, view = open_model(model, tags)
     ops, edges, sig = draw.signature_ops(loaded, view, signature)
     policy, streams = _policy_and_streams(view, policy, rules, streams)
-    cost_model = _cost_model(view, loaded, sig, target, batch_size, costs)
-    extra = {"model": loaded}
-    if cost_model is not None:
-        extra.update({"cost_model": cost_model, "target": cost_model.target.name, "batch_size": cost_model.batch_size})
-    options = PartitionOptions(streams=streams, extra=extra, rules=rules)
+    options = PlanOptions(streams=streams, policy=policy, cost=CostOptions(target, batch_size, costs, sig),
+                          manual=ManualOptions(rules, override), stage=StageOptions(tuple(boundary)))
+    cost_model = _cost_model(view, loaded, options.cost)
     progress(f"partitioning with policy {policy} on {streams} streams")
-    plan, _ = make_plan(policy, view, options)
+    planned = make_plan(view, options, loaded, cost_model)
+    plan = planned.partition
     simulation = _simulate(view, plan, streams, cost_model)
     root, op_streams = draw.fold(ops, edges, plan, depth, expand)
     busy = dict(enumerate(simulation.report()["stream_busy_ms"])) if simulation else None
@@ -96,7 +95,7 @@ def visualize(model, output, streams, policy, rules, depth, expand, signature, t
         report = simulation.report()
         title += f", simulated {report['speedup']:.2f}x (bound {report['lower_bound_ms']:.3g} ms)"
     dot_text = draw.to_dot(ops, edges, root, op_streams, rows, title, share_of)
-    rule_notes = list(getattr(options, "notes", None) or [])
+    rule_notes = list(planned.notes)
     written, notes = _write(out, fmt, dot_text, draw, report_html, title, rows, share_of, simulation, rule_notes)
     if timeline:
         _write_timeline(timeline, simulation)
@@ -118,20 +117,20 @@ def visualize(model, output, streams, policy, rules, depth, expand, signature, t
 
 def _policy_and_streams(view, policy, rules, streams):
     """The model's own _stream_id attributes (policy none) unless a rule or a rules file is asked for."""
-    if rules and policy and policy != "manual":
-        raise InputError(f"--rules is read by --policy manual, not by --policy {policy}")
-    policy = "manual" if rules else (policy or "none")
+    from msopt.plan import resolve_policy
+
+    policy = resolve_policy(policy, rules, default="none")
     if streams is None:
         existing = [n.stream for n in view.real_nodes() if n.stream is not None]
         streams = max(existing) + 1 if policy == "none" and existing else (1 if policy == "none" else 4)
     return policy, streams
 
 
-def _cost_model(view, loaded, signature, target, batch_size, costs):
-    from msopt.simulate_cli import build_cost_model
+def _cost_model(view, loaded, cost):
+    from msopt.plan import build_cost_model
 
     try:
-        return build_cost_model(view, loaded, target, batch_size, costs, signature)
+        return build_cost_model(view, loaded, cost)
     except InputError:
         raise  # the user's --target, --batch-size or --costs
     except Exception as e:  # the picture does not need the simulation: say why it is missing

@@ -1,0 +1,150 @@
+"""The Python API: `inspect`, `partition` and `simulate` return the documents the commands print with --json.
+
+Bad input raises msopt.InputError, a failed verification msopt.VerifyFailed (a CheckFailed
+carrying the report); nothing here exits or prints. TensorFlow is imported only by
+``partition(..., verify=True)``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Optional, Union
+
+from msopt.errors import InputError, VerifyFailed
+from msopt.plan import CostOptions, ManualOptions, PlanOptions, StageOptions, build_cost_model, make_plan, resolve_policy
+
+PathLike = Union[str, "os.PathLike[str]"]
+Progress = Optional[Callable[[str], None]]
+
+__all__ = ["inspect", "partition", "simulate"]
+
+
+def inspect(model: PathLike, tags: str | None = None) -> dict[str, Any]:
+    """What a model holds (format, tag sets, signatures, sizes, op types, streams, devices): `msopt inspect --json`."""
+    from msopt.contents import describe
+    from msopt.load import open_model
+
+    loaded, view = open_model(os.fspath(model), tags)
+    return describe(loaded, view)
+
+
+def partition(model: PathLike, streams: int = 4, policy: str | None = None, output: PathLike | None = None, *,
+              placement: str = "attr", device_type: str = "gpu", force: bool = False, verify: bool = False,
+              target: str | None = None, batch_size: int = 1, costs: PathLike | None = None,
+              rules: PathLike | None = None, override: bool = False, const_dup: bool = True,
+              boundary: Iterable[str] = (), tags: str | None = None, report: PathLike | None = None,
+              progress: Progress = None) -> dict[str, Any]:
+    """Assign every op of ``model`` to one of ``streams`` streams and write the rewritten model: `msopt partition --json`.
+
+    ``output`` defaults to ``<model>_ms<streams>`` beside the model. With ``verify`` the rewrite reaches
+    ``output`` only once its outputs are bitwise identical to the original's; otherwise VerifyFailed
+    is raised (its ``document`` says "output": null) and nothing is written.
+    """
+    from msopt import emit
+    from msopt.load import open_model
+    from msopt.partition import summarize
+    from msopt.simulate import simulate as run_simulation
+
+    say = progress or _quiet
+    started = time.perf_counter()
+    model, rules = os.fspath(model), _path(rules)
+    policy = resolve_policy(policy, rules)
+    _check_choice("placement", placement, ("attr", "device"))
+    _check_choice("device_type", device_type, ("gpu", "cpu"))
+    if not 1 <= streams <= 1024:
+        raise InputError(f"streams must be in [1, 1024], got {streams}")
+    say(f"loading {model}")
+    loaded, view = open_model(model, tags)
+    out = _path(output) or str(emit.default_output(model, streams))
+    emit.check_output(loaded, out, force)
+    report = _path(report)
+    if report and not os.path.isdir(os.path.dirname(os.path.abspath(report))):
+        raise InputError(f"{report}: parent directory does not exist")
+    say(f"partitioning {len(view.nodes)} nodes with policy {policy}")
+    options = PlanOptions(streams=streams, policy=policy, cost=CostOptions(target, batch_size, _path(costs)),
+                          manual=ManualOptions(rules, override), stage=StageOptions(tuple(boundary)), const_dup=const_dup)
+    cost_model = build_cost_model(view, loaded, options.cost)
+    result = make_plan(view, options, loaded, cost_model)
+    verified: dict[str, Any] = {}
+
+    def check(built):  # with verify: the rewrite reaches the output only once verified
+        from msopt.load import load
+        from msopt.verify import verify as run_verify
+
+        verified["elapsed_s"] = round(time.perf_counter() - started, 3)
+        say("verifying in TensorFlow")
+        outcome = verified["verify"] = run_verify(loaded, load(built, tags), streams, device_type)
+        if outcome.get("error"):
+            outcome["error"] = outcome["error"].replace(str(built), out)
+        return outcome["ok"]
+
+    say(f"writing {out}")
+    written = emit.write(loaded, result.partition, out, placement, device_type, force, const_copies=result.const_copies,
+                         check=check if verify else None)
+    document = {"model": model, "policy": policy, **summarize(view, result.partition, streams), "placement": placement,
+                "constraint_merges": result.merges, "const_copies": result.const_copies, **result.report,
+                "output": written and out, "elapsed_s": verified.pop("elapsed_s", round(time.perf_counter() - started, 3))}
+    document["simulated"] = run_simulation(view, result.partition, streams, cost_model).report()
+    document.update(verified)
+    if report:
+        _write_json(report, document)
+    if verify and not document["verify"]["ok"]:
+        outcome = document["verify"]
+        cause = outcome.get("error") or f"rewritten model differs from the original (max abs diff {outcome['max_abs_diff']:g})"
+        raise VerifyFailed(f"{cause}; nothing written to {out}", document)
+    return document
+
+
+def simulate(model: PathLike, streams: int = 4, policy: str | None = None, *, target: str | None = None,
+             batch_size: int = 1, costs: PathLike | None = None, launch_threads: int | None = None,
+             signature: str | None = None, boundary: Iterable[str] = (), rules: PathLike | None = None,
+             override: bool = False, timeline: PathLike | None = None, tags: str | None = None,
+             progress: Progress = None) -> dict[str, Any]:
+    """Plan as `partition` would, then simulate one run on a GPU: `msopt simulate --json`. Writes no model."""
+    from msopt.load import open_model
+    from msopt.simulate import simulate as run_simulation
+
+    say = progress or _quiet
+    started = time.perf_counter()
+    model, rules = os.fspath(model), _path(rules)
+    policy = resolve_policy(policy, rules)
+    say(f"loading {model}")
+    loaded, view = open_model(model, tags)
+    options = PlanOptions(streams=streams, policy=policy, manual=ManualOptions(rules, override),
+                          stage=StageOptions(tuple(boundary)),
+                          cost=CostOptions(target, batch_size, _path(costs), signature, launch_threads))
+    cost_model = build_cost_model(view, loaded, options.cost)
+    say(f"partitioning with policy {policy}")
+    planned = make_plan(view, options, loaded, cost_model)
+    say(f"simulating {len(cost_model)} ops")
+    result = run_simulation(view, planned.partition, streams, cost_model)
+    document = {"model": model, "policy": policy, **result.report(), "constraint_merges": len(planned.merges),
+                "notes": planned.notes, "elapsed_s": round(time.perf_counter() - started, 3)}
+    if timeline:
+        from msopt.timeline import chrome_trace
+
+        _write_json(_path(timeline), chrome_trace(result))
+        document["timeline"] = _path(timeline)
+    return document
+
+
+def _quiet(message: str) -> None:
+    pass
+
+
+def _path(value: PathLike | None) -> str | None:
+    return None if value is None else os.fspath(value)
+
+
+def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise InputError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def _write_json(path: str, document: dict[str, Any]) -> None:
+    """Write a JSON file whole (replacing it in one step)."""
+    from msopt.outputs import write_bytes
+
+    write_bytes(path, json.dumps(document, indent=2, default=str).encode())

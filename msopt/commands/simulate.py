@@ -1,0 +1,65 @@
+"""The `msopt simulate` command: plan a partition, simulate it on a target GPU, report and draw the timeline."""
+import click
+
+from msopt.commands import options as opt
+from msopt.commands.echo import print_json, progress
+
+
+@click.command()
+@opt.MODEL
+@opt.streams()
+@opt.policy("Partition rule, as for `msopt partition` (default: auto when available).")
+@opt.TARGET
+@opt.BATCH_SIZE
+@opt.COSTS
+@click.option("--launch-threads", type=click.IntRange(1, 256), default=None,
+              help="Host threads launching kernels at once (default 1: TensorFlow's launches mostly serialize).")
+@opt.SIGNATURE
+@opt.TIMELINE
+@opt.BOUNDARY
+@opt.rules()
+@opt.OVERRIDE
+@opt.TAGS
+@opt.JSON
+def simulate(model, streams, policy, target, batch_size, costs, launch_threads, signature, timeline, boundary, rules,
+             override, tags, as_json):
+    """Simulate one run of MODEL on N streams of a GPU and report how much the partition is worth.
+
+    Plans the partition as `msopt partition` would (rule, then constraints), then runs a
+    discrete-event simulation: one in-order queue per stream, cross-stream syncs and
+    device-to-device copies, kernels sharing the GPU's SMs, and host launch overhead.
+    Reports makespan_ms, single_stream_ms, speedup, lower_bound_ms (the largest of the
+    critical path, the total work at full GPU and the host's launch time), ratio_to_bound,
+    syncs, copies, copy_bytes and stream_busy_ms. Writes no model.
+
+    \b
+    Example:
+      msopt simulate sample_models/towers_tf2 --streams 2 --policy towers --target v100 \\
+          --batch-size 32 --timeline /tmp/towers_trace.json --json
+    """
+    from msopt import api
+
+    document = api.simulate(model, streams, policy, target=target, batch_size=batch_size, costs=costs,
+                            launch_threads=launch_threads, signature=signature, boundary=boundary, rules=rules,
+                            override=override, timeline=timeline, tags=tags, progress=progress)
+    if as_json:
+        print_json(document)
+    else:
+        click.echo(format_text(document))
+
+
+def format_text(doc):
+    lines = [f"{doc['model']}: policy {doc['policy']}, {doc['streams']} streams, {doc['target']}, batch {doc['batch_size']}"]
+    lines.append(f"  makespan {doc['makespan_ms']:.4g} ms vs {doc['single_stream_ms']:.4g} ms on one stream "
+                 f"(speedup {doc['speedup']:.3g}x)")
+    lines.append(f"  lower bound {doc['lower_bound_ms']:.4g} ms (critical path {doc['critical_path_ms']:.4g}, total work "
+                 f"{doc['total_work_ms']:.4g}, host launches {doc['host_launch_ms']:.4g}); ratio to bound {doc['ratio_to_bound']:.3g}")
+    lines.append(f"  syncs {doc['syncs']}, copies {doc['copies']} ({doc['copy_bytes']} bytes)")
+    lines.append("  busy per stream (ms): " + ", ".join(f"{i}: {b:.4g}" for i, b in enumerate(doc["stream_busy_ms"])))
+    lines.append(f"  ops run {doc['ops_run']}, kernels {doc['kernels']}, unknown shapes {doc['ops_with_unknown_shape']}, "
+                 f"measured {doc['ops_measured']}")
+    for note in doc["notes"]:
+        lines.append(f"  note: {note}")
+    if "timeline" in doc:
+        lines.append(f"  timeline: {doc['timeline']}")
+    return "\n".join(lines)

@@ -1,0 +1,119 @@
+"""The plan layer: typed options in, a plan out (rule or auto search, constraints, Const copies, cost model).
+
+`msopt partition`, `simulate`, `visualize` and the Python API all plan through `make_plan`, so
+the same options give the same plan whichever command asks for it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from msopt.errors import InputError
+from msopt.rules import (AUTO, POLICIES, CollectiveOptions, ManualOptions, RuleOptions, RuleResult, StageOptions,
+                         check_policy, run_rule)
+
+__all__ = ["CollectiveOptions", "CostOptions", "ManualOptions", "PlanOptions", "PlanResult", "StageOptions",
+           "build_cost_model", "default_policy", "make_plan", "resolve_policy"]
+
+
+@dataclass(frozen=True)
+class CostOptions:
+    """The cost model's settings: target GPU, size of the unknown batch dimension, measured costs, signature."""
+
+    target: str | None = None  # default: h100
+    batch_size: int = 1
+    costs: str | None = None  # JSON file of measured per-op times
+    signature: str | None = None  # default: serving_default, else the first
+    launch_threads: int | None = None  # host threads launching kernels at once (default: the target's)
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Everything that decides a plan, one dataclass per concern."""
+
+    streams: int = 4
+    policy: str | None = None  # None: auto (or manual when manual.rules is given)
+    cost: CostOptions = field(default_factory=CostOptions)
+    manual: ManualOptions = field(default_factory=ManualOptions)
+    stage: StageOptions = field(default_factory=StageOptions)
+    collective: CollectiveOptions = field(default_factory=CollectiveOptions)
+    const_dup: bool = True  # copy Const nodes into each consuming stream instead of copying their value
+
+
+@dataclass
+class PlanResult:
+    """A plan: the final partition and how it came about."""
+
+    policy: str
+    streams: int
+    partition: dict[str, int]
+    merges: list[dict] = field(default_factory=list)  # each change the placement constraints made
+    notes: list[str] = field(default_factory=list)  # sentences for the user (auto: what it chose, why fewer streams)
+    report: dict = field(default_factory=dict)  # entries for the partition report (manual: rules matched; auto)
+    const_copies: dict[str, list[int]] = field(default_factory=dict)  # Const node -> streams getting a copy
+    cost_model: object = None  # the CostModel the plan was judged with, if any
+
+
+def default_policy() -> str:
+    return AUTO if AUTO in POLICIES else "none"
+
+
+def resolve_policy(policy: str | None, rules: str | None, default: str | None = None) -> str:
+    """The policy to run: manual when a rules file is given, else ``policy``, else ``default`` (auto)."""
+    if rules and policy and policy != "manual":
+        raise InputError(f"--rules is read by --policy manual, not by --policy {policy}")
+    return policy or ("manual" if rules else default or default_policy())
+
+
+def build_cost_model(view, model, cost: CostOptions):
+    """The cost model the commands share (bad targets, batch sizes and costs files are InputErrors)."""
+    from msopt.cost import DEFAULT_TARGET, TARGETS, CostModel
+
+    if cost.batch_size is not None and cost.batch_size < 1:
+        raise InputError(f"--batch-size must be at least 1, got {cost.batch_size}")
+    target = cost.target or DEFAULT_TARGET
+    if cost.launch_threads is not None:
+        if target not in TARGETS:
+            raise InputError(f"unknown target '{target}'; choose one of: {', '.join(TARGETS)}")
+        target = replace(TARGETS[target], launch_threads=cost.launch_threads)
+    return CostModel(view, model, target=target, batch_size=cost.batch_size or 1, costs=cost.costs,
+                     signature=cost.signature)
+
+
+def rule_options(options: PlanOptions, cost_model=None) -> RuleOptions:
+    """What the rules read: the plan options' rule settings and the cost model's per-op times, if any."""
+    return RuleOptions(streams=options.streams, node_costs=cost_model.node_times() if cost_model is not None else None,
+                       manual=options.manual, stage=options.stage, collective=options.collective)
+
+
+def make_plan(view, options: PlanOptions, model=None, cost_model=None) -> PlanResult:
+    """Run the policy (a rule, or the auto search), check its stream ids, enforce the placement constraints.
+
+    ``cost_model`` weights the rules and scores the auto search; auto builds one from
+    ``options.cost`` (and ``model``) when none is given, other rules then count one unit per kernel.
+    """
+    from msopt.constraints import apply, const_copies
+    from msopt.gc_pause import gc_paused
+    from msopt.partition import check_range
+
+    name = resolve_policy(options.policy, options.manual.rules)
+    check_policy(name)
+    if name == AUTO and cost_model is None:
+        cost_model = build_cost_model(view, model, options.cost)
+    with gc_paused():
+        if name == AUTO:
+            from msopt.rules.auto import search
+
+            raw = search(view, rule_options(options), cost_model)
+        else:
+            raw = run_rule(name, view, rule_options(options, cost_model))
+    check_range(raw.partition, options.streams, {key: f"policy {name}" for key in raw.partition} if name != "none" else None)
+    partition, merges = apply(view, raw.partition, options.streams, raw)
+    copies = const_copies(view, partition) if options.const_dup else {}
+    return PlanResult(name, options.streams, partition, merges, list(raw.notes), dict(raw.report), copies, cost_model)
+
+
+def plan_rule(name: str, view, streams: int, **rule_settings) -> tuple[dict[str, int], list[dict]]:
+    """(partition, merges) of rule ``name`` on ``streams`` streams, no cost model: for the runner and benchmarks."""
+    result = make_plan(view, PlanOptions(streams=streams, policy=name, const_dup=False, **rule_settings))
+    return result.partition, result.merges
+
