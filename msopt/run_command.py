@@ -8,7 +8,7 @@ import numpy as np
 
 from msopt.cli import JSON, MODEL, TAGS, open_model, print_json, progress, write_json
 from msopt.errors import CheckFailed, InputError
-from msopt.execute import first_line
+from msopt.execute import error_line
 
 
 @click.command("run")
@@ -166,7 +166,7 @@ def _run_here(loaded, view, o):
     specs = signatures(loaded)  # checked before TensorFlow loads, when the model declares signatures
     if specs:
         chosen = choose_signature(specs, o["signature"])
-        make_records(specs[chosen]["inputs"], o["batch_size"], 1, o["seed"], o["inputs_npz"])
+        make_records(specs[chosen]["inputs"], o["batch_size"], 1, o["seed"], o["inputs_npz"], view)
     progress("loading TensorFlow")
     import_tensorflow()
     runner = Runner(loaded, view, o["streams"], o["device"], o["gpu_memory_fraction"], o["allow_growth"],
@@ -174,7 +174,7 @@ def _run_here(loaded, view, o):
     try:
         name = choose_signature(runner.specs, o["signature"])
         spec = runner.specs[name]
-        feeds = make_records(spec["inputs"], o["batch_size"], o["records"], o["seed"], o["inputs_npz"])
+        feeds = make_records(spec["inputs"], o["batch_size"], o["records"], o["seed"], o["inputs_npz"], view)
         batch = batch_of(feeds[0], o["batch_size"])
         document = {
             "model": o["model"], "signature": name, "device_type": runner.device_type, "streams": o["streams"],
@@ -213,7 +213,7 @@ def _checked_step(executable, name, feeds):
             return step()
         except Exception as e:
             if type(e).__module__.startswith("tensorflow"):
-                raise InputError(f"TensorFlow cannot run signature '{name}': {first_line(e)}") from None
+                raise InputError(f"TensorFlow cannot run signature '{name}': {error_line(e)}") from None
             raise
 
     return checked
@@ -249,7 +249,11 @@ def _compare(runner, path, tags, name, feeds, got):
             raise InputError(f"--compare-to {path}: no signature '{name}'")
         identical, worst = True, 0.0
         for f, outputs in zip(feeds, got):
-            same, diff = compare_outputs(other.run(name, f), outputs)
+            try:
+                expected = other.run(name, f)
+            except Exception as e:  # TensorFlow's runtime errors come in many types
+                raise InputError(f"--compare-to {path}: TensorFlow cannot run signature '{name}': {error_line(e)}") from None
+            same, diff = compare_outputs(expected, outputs)
             identical &= same
             worst = max(worst, diff)
     finally:
