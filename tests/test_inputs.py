@@ -1,0 +1,196 @@
+"""Generated inputs real graphs accept (ids, predicates, strings) and TensorFlow errors kept to one line with their cause."""
+import numpy as np
+import pytest
+
+from conftest import run_msopt
+from msopt import protos
+from msopt.errors import InputError
+from msopt.execute import error_line
+from msopt.graph import GraphView
+from msopt.inputs import InputGenerator
+from msopt.protos import DTYPE_NAMES
+
+tf = pytest.importorskip("tensorflow")
+v1 = tf.compat.v1
+
+
+def generator_for(graph, placeholders):
+    """The generator msopt builds from ``graph``'s protos for these placeholders (key -> tensor)."""
+    view = GraphView(protos.GraphDef.FromString(graph.as_graph_def().SerializeToString()))
+    specs = {key: {"name": t.name, "dtype": DTYPE_NAMES[t.dtype.as_datatype_enum],
+                   "shape": None if t.shape.rank is None else t.shape.as_list()} for key, t in placeholders.items()}
+    return InputGenerator(specs, view)
+
+
+def run_generated(graph, placeholders, fetches, batch_size=64, seeds=range(3)):
+    """Run ``fetches`` on generated batches: TensorFlow accepts them or the test fails with TF's error."""
+    generate = generator_for(graph, placeholders)
+    with v1.Session(graph=graph) as session:
+        session.run(v1.global_variables_initializer())
+        for seed in seeds:
+            feeds = generate(batch_size, seed)
+            session.run(fetches, {placeholders[k]: v for k, v in feeds.items()})
+    return generate
+
+
+def test_ids_stay_below_the_rows_of_the_tables_they_index():
+    graph = tf.Graph()
+    with graph.as_default():
+        ids = v1.placeholder(tf.int64, [None], name="ids")  # through casts and reshapes to a 2-row table
+        depth = v1.placeholder(tf.int32, [None], name="depth")  # one_hot depth 3
+        hashed = v1.placeholder(tf.int64, [None], name="hashed")  # FloorMod 5 before a 100-row table
+        shared = v1.placeholder(tf.int32, [None, 2], name="shared")  # two tables: 7 and 3 rows
+        small = v1.get_variable("small", [2, 4])
+        x = tf.gather(small, tf.squeeze(tf.expand_dims(tf.reshape(tf.cast(ids, tf.int32), [-1]), 1), 1))
+        y = tf.one_hot(depth, 3)
+        z = tf.gather(v1.get_variable("big", [100, 4]), tf.math.floormod(hashed, 5))
+        w = tf.nn.embedding_lookup(v1.get_variable("seven", [7, 4]), shared) + tf.gather(tf.ones([3, 4]), shared)
+        fetches = [x, y, z, w]
+    generate = run_generated(graph, {"ids": ids, "depth": depth, "hashed": hashed, "shared": shared}, fetches)
+    assert {k: n.bound for k, n in generate.needs.items()} == {"ids": 2, "depth": 3, "hashed": 5, "shared": 3}
+
+
+def test_ids_are_followed_into_function_bodies_to_the_variables_shape(tmp_path):
+    class Model(tf.Module):
+        def __init__(self):
+            self.table = tf.Variable(np.ones((3, 2), np.float32))
+
+        @tf.function
+        def embed(self, ids):
+            return tf.nn.embedding_lookup(self.table, tf.cast(ids, tf.int32))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 1], tf.int64, name="ids")])
+        def __call__(self, ids):
+            return {"out": self.embed(tf.reshape(ids, [-1]))}
+
+    model = Model()
+    tf.saved_model.save(model, str(tmp_path / "m"), signatures=model.__call__)
+    from msopt.inspect import signatures
+    from msopt.load import load
+
+    loaded = load(tmp_path / "m")
+    inputs = signatures(loaded)["serving_default"]["inputs"]
+    generate = InputGenerator(inputs, GraphView(loaded.graph_def))
+    assert generate.needs["ids"].bound == 3
+    restored = tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"]
+    for seed in range(3):
+        restored(ids=tf.constant(generate(64, seed)["ids"]))
+
+
+def test_a_predicate_of_unknown_rank_is_a_scalar():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [None, 4], name="x")
+        training = v1.placeholder(tf.bool, None, name="is_training")
+        with graph.as_default():
+            tf.compat.v1.disable_control_flow_v2()
+            out = v1.cond(training, lambda: x * 2.0, lambda: x + 1.0)
+            tf.compat.v1.enable_control_flow_v2()
+    assert any(op.type == "Switch" for op in graph.get_operations())
+    generate = run_generated(graph, {"x": x, "is_training": training}, out)
+    feeds = generate(5, 0)
+    assert feeds["is_training"].shape == () and feeds["x"].shape == (5, 4)
+
+
+def test_strings_take_the_form_their_parsers_expect():
+    graph = tf.Graph()
+    with graph.as_default():
+        price = v1.placeholder(tf.string, [None], name="price")
+        code = v1.placeholder(tf.string, [None], name="code")
+        record = v1.placeholder(tf.string, [None], name="record")
+        tags = v1.placeholder(tf.string, [None], name="tags")
+        words = v1.placeholder(tf.string, [None], name="words")
+        a = tf.strings.to_number(price)
+        b = tf.gather(tf.ones([4]), tf.strings.to_number(code, tf.int32))  # numeric ids of a 4-row table
+        c = tf.io.decode_csv(record, [[0.0], [0], ["x"], [0.0]], field_delim=";")
+        d = tf.strings.to_number(tf.strings.split(tags, "|").values)
+        e = tf.strings.to_hash_bucket_fast(words, 10)
+        fetches = [a, b, c, d, e]
+    generate = run_generated(graph, {"price": price, "code": code, "record": record, "tags": tags, "words": words},
+                             fetches)
+    assert generate.needs["code"].bound == 4 and generate.needs["record"].text[0] == "csv"
+
+
+def test_an_input_the_graph_cannot_describe_names_itself_and_asks_for_inputs():
+    graph = tf.Graph()
+    with graph.as_default():
+        image = v1.placeholder(tf.string, [], name="image")
+        tf.image.decode_jpeg(image)
+        ids = v1.placeholder(tf.int32, [None], name="ids")
+        table = v1.placeholder(tf.float32, None, name="table")  # rows unknown to the graph
+        tf.gather(table, ids)
+    with pytest.raises(InputError, match=r"input 'image' is parsed by DecodeJpeg .* pass --inputs FILE.npz"):
+        generator_for(graph, {"image": image})
+    with pytest.raises(InputError, match=r"input 'ids' indexes a table at node 'GatherV2' .* pass --inputs FILE.npz"):
+        generator_for(graph, {"ids": ids})
+
+
+# -- TensorFlow's errors: one line, node and reason ----------------------------------------------------
+def test_a_session_error_becomes_the_node_and_the_reason():
+    graph = tf.Graph()
+    with graph.as_default():
+        ids = v1.placeholder(tf.int32, [None])
+        out = tf.gather(tf.zeros([2, 3]), ids, name="look")
+        with v1.Session() as session, pytest.raises(tf.errors.InvalidArgumentError) as caught:
+            session.run(out, {ids: [5]})
+    line = error_line(caught.value)
+    assert line == "node 'look': indices[0] = 5 is not in [0, 2)"
+
+
+def test_a_function_error_becomes_the_node_and_the_reason():
+    @tf.function
+    def lookup(ids):
+        return tf.gather(tf.zeros([2, 3]), ids, name="look")
+
+    with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+        lookup(tf.constant([7]))
+    line = error_line(caught.value)
+    assert "Graph execution error" not in str(line) and line.startswith("node '") and "7 is not in [0, 2)" in line
+    assert "\n" not in line
+
+
+# -- the command line: a failing model's error keeps its cause; real inputs fix it -------------------------
+@pytest.fixture(scope="module")
+def shifted_ids_model(tmp_path_factory):
+    """Ids shifted by +5 before a 2-row table: no generator can see that; TensorFlow's error must show."""
+    path = tmp_path_factory.mktemp("shifted") / "model"
+    graph = tf.Graph()
+    with graph.as_default(), v1.Session(graph=graph) as session:
+        ids = v1.placeholder(tf.int32, [None], name="ids")
+        out = tf.gather(v1.get_variable("table", [2, 3]), ids + 5, name="lookup")
+        session.run(v1.global_variables_initializer())
+        builder = v1.saved_model.Builder(str(path))
+        info = v1.saved_model.utils.build_tensor_info
+        builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={
+            "serving_default": v1.saved_model.signature_def_utils.build_signature_def(
+                {"ids": info(ids)}, {"out": info(out)}, "tensorflow/serving/predict")})
+        builder.save()
+    return path
+
+
+def one_error_line(done):
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("msopt: error: ") and done.stderr.count("\n") == 1, done.stderr
+    return done.stderr
+
+
+def test_run_failure_names_node_and_reason(shifted_ids_model):
+    line = one_error_line(run_msopt("run", shifted_ids_model, "--device", "cpu", "-k", 1, "-w", 0))
+    assert "node 'lookup'" in line and "is not in [0, 2)" in line and "Graph execution error" not in line
+
+
+def test_partition_verify_takes_inputs_from_npz(shifted_ids_model, tmp_path):
+    args = ["partition", shifted_ids_model, "-n", "2", "--policy", "chains", "--placement", "device",
+            "--device-type", "cpu", "--verify"]
+    line = one_error_line(run_msopt(*args, "-o", tmp_path / "a"))
+    assert "fails on generated inputs" in line and "--inputs FILE.npz" in line and "node 'lookup'" in line
+    np.savez(tmp_path / "ids.npz", ids=np.array([-5, -4, -5], np.int32))
+    done = run_msopt(*args, "-o", tmp_path / "b", "--inputs", tmp_path / "ids.npz", "--json")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert '"inputs": "' + str(tmp_path / "ids.npz") in done.stdout
+
+
+def test_partition_inputs_without_verify_is_a_usage_error(shifted_ids_model, tmp_path):
+    np.savez(tmp_path / "ids.npz", ids=np.zeros(3, np.int32))
+    line = one_error_line(run_msopt("partition", shifted_ids_model, "--inputs", tmp_path / "ids.npz", "-o", tmp_path / "o"))
+    assert "add --verify" in line and not (tmp_path / "o").exists()
