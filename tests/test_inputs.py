@@ -77,15 +77,33 @@ def test_ids_are_followed_into_function_bodies_to_the_variables_shape(tmp_path):
         restored(ids=tf.constant(generate(64, seed)["ids"]))
 
 
+def test_ids_of_feature_columns_stay_in_their_buckets():
+    fc = v1.feature_column
+    graph = tf.Graph()
+    with graph.as_default():
+        features = {"user": v1.placeholder(tf.int64, [None, 1], name="user"),
+                    "country": v1.placeholder(tf.string, [None, 1], name="country"),
+                    "query": v1.placeholder(tf.string, [None, 1], name="query")}
+        columns = [fc.embedding_column(fc.categorical_column_with_identity("user", 5), 3),
+                   fc.embedding_column(fc.categorical_column_with_vocabulary_list("country", ["us", "fr"]), 3),
+                   fc.embedding_column(fc.categorical_column_with_hash_bucket("query", 20), 3)]
+        out = fc.input_layer(features, columns)
+    generate = generator_for(graph, features)
+    assert generate.needs["user"].bound == 5
+    with v1.Session(graph=graph) as session:
+        session.run([v1.global_variables_initializer(), v1.tables_initializer()])
+        for seed in range(3):
+            session.run(out, {features[k]: v for k, v in generate(64, seed).items()})
+
+
 def test_a_predicate_of_unknown_rank_is_a_scalar():
     graph = tf.Graph()
     with graph.as_default():
         x = v1.placeholder(tf.float32, [None, 4], name="x")
         training = v1.placeholder(tf.bool, None, name="is_training")
-        with graph.as_default():
-            tf.compat.v1.disable_control_flow_v2()
-            out = v1.cond(training, lambda: x * 2.0, lambda: x + 1.0)
-            tf.compat.v1.enable_control_flow_v2()
+        v1.disable_control_flow_v2()  # v1 control flow: Switch and Merge
+        out = v1.cond(training, lambda: x * 2.0, lambda: x + 1.0)
+        v1.enable_control_flow_v2()
     assert any(op.type == "Switch" for op in graph.get_operations())
     generate = run_generated(graph, {"x": x, "is_training": training}, out)
     feeds = generate(5, 0)
@@ -174,15 +192,18 @@ def one_error_line(done):
     return done.stderr
 
 
+LOUD = {"TF_CPP_MIN_LOG_LEVEL": "0"}  # TensorFlow's runtime logs on: msopt must still hold them back
+
+
 def test_run_failure_names_node_and_reason(shifted_ids_model):
-    line = one_error_line(run_msopt("run", shifted_ids_model, "--device", "cpu", "-k", 1, "-w", 0))
+    line = one_error_line(run_msopt("run", shifted_ids_model, "--device", "cpu", "-k", 1, "-w", 0, env=LOUD))
     assert "node 'lookup'" in line and "is not in [0, 2)" in line and "Graph execution error" not in line
 
 
 def test_partition_verify_takes_inputs_from_npz(shifted_ids_model, tmp_path):
     args = ["partition", shifted_ids_model, "-n", "2", "--policy", "chains", "--placement", "device",
             "--device-type", "cpu", "--verify"]
-    line = one_error_line(run_msopt(*args, "-o", tmp_path / "a"))
+    line = one_error_line(run_msopt(*args, "-o", tmp_path / "a", env=LOUD))
     assert "fails on generated inputs" in line and "--inputs FILE.npz" in line and "node 'lookup'" in line
     np.savez(tmp_path / "ids.npz", ids=np.array([-5, -4, -5], np.int32))
     done = run_msopt(*args, "-o", tmp_path / "b", "--inputs", tmp_path / "ids.npz", "--json")
