@@ -261,9 +261,10 @@ class _Flow:
         if node.virtual:
             shapes = [self.shape(*self.source(caller, position), depth + 1) for caller, position in self._arg_sources(node)]
             shapes = [s for s in shapes if s is not None]
-            if not shapes:
+            if not shapes or any(len(s) != len(shapes[0]) for s in shapes):
                 return None
-            return min(shapes, key=lambda s: (s[0] is None, s[0] or 0)) if all(s for s in shapes) else shapes[0]
+            # Several callers: the smallest table bounds ids valid for every one of them.
+            return [None if None in dims else min(dims) for dims in zip(*shapes)]
         attr = node.proto.attr
         if node.op in ("VarHandleOp", "VariableV2", "Variable", "TemporaryVariable") and "shape" in attr:
             return _dims(attr["shape"].shape)

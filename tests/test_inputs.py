@@ -96,18 +96,21 @@ def test_ids_of_feature_columns_stay_in_their_buckets():
             session.run(out, {features[k]: v for k, v in generate(64, seed).items()})
 
 
-def test_a_predicate_of_unknown_rank_is_a_scalar():
+@pytest.mark.parametrize("flow, op", [("v1", "Switch"), ("v2", "If")])
+def test_a_predicate_of_unknown_rank_is_a_scalar(flow, op):
     graph = tf.Graph()
     with graph.as_default():
         x = v1.placeholder(tf.float32, [None, 4], name="x")
         training = v1.placeholder(tf.bool, None, name="is_training")
-        v1.disable_control_flow_v2()  # v1 control flow: Switch and Merge
-        out = v1.cond(training, lambda: x * 2.0, lambda: x + 1.0)
-        v1.enable_control_flow_v2()
-    assert any(op.type == "Switch" for op in graph.get_operations())
+        (v1.disable_control_flow_v2 if flow == "v1" else v1.enable_control_flow_v2)()
+        try:
+            out = v1.cond(training, lambda: tf.nn.dropout(x, 0.5), lambda: x + 1.0)
+        finally:
+            v1.enable_control_flow_v2()
+    assert any(o.type.endswith(op) for o in graph.get_operations())
     generate = run_generated(graph, {"x": x, "is_training": training}, out)
     feeds = generate(5, 0)
-    assert feeds["is_training"].shape == () and feeds["x"].shape == (5, 4)
+    assert feeds["is_training"].shape == () and not feeds["is_training"] and feeds["x"].shape == (5, 4)
 
 
 def test_strings_take_the_form_their_parsers_expect():
