@@ -3,7 +3,7 @@
 An input is followed forward through the ops that pass its values on unchanged (casts, reshapes,
 slices, control flow, function calls and returns) to the ops that constrain them: a gather or
 lookup reading a table (ids below its row count), ``OneHot`` (its depth), ``FloorMod`` (its modulus),
-a range assertion, a control-flow predicate (a scalar), and the string parsers.
+a range assertion (``x < c`` or ``c > max(x)``), a control-flow predicate (a scalar), and the string parsers.
 """
 from dataclasses import dataclass, field
 
@@ -15,7 +15,7 @@ PASS_FIRST = {
     "StopGradient", "Snapshot", "PreventGradient", "Enter", "RefEnter", "Exit", "RefExit", "NextIteration",
     "RefIdentity", "CheckNumerics", "EnsureShape", "PlaceholderWithDefault", "BroadcastTo", "ReverseV2",
     "Unique", "UniqueV2", "UniqueWithCounts", "GatherV2", "Gather", "GatherNd", "Bitcast", "StringToNumber",
-    "StridedSliceGrad", "Fill", "ZerosLike",
+    "Max",  # an assertion on max(ids) bounds every id
 }
 PASS_ANY = {"Pack", "ConcatV2", "Concat", "Merge", "RefMerge", "AddN", "StringJoin"}
 PASS_ALL_OUTPUTS = {"Unpack", "Split", "SplitV", "Switch", "RefSwitch"}
@@ -130,9 +130,10 @@ class _Flow:
         if op == "FloorMod" and index == 0:
             need.limit(self.const_int(node, 1), key)
             return []
-        if op in ("Less", "LessEqual") and index == 0 and self._asserted(node):
-            bound = self.const_int(node, 1)
-            need.limit(None if bound is None else bound + (op == "LessEqual"), key)
+        if op in ("Less", "LessEqual", "Greater", "GreaterEqual") and self._asserted(node):
+            if index == (0 if op.startswith("Less") else 1):  # an asserted upper bound: x < c, or c > x
+                bound = self.const_int(node, 1 - index)
+                need.limit(None if bound is None else bound + op.endswith("Equal"), key)
             return []
         if op in OPAQUE:
             need.text = need.text or ("opaque", op, key)

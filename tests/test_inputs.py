@@ -96,6 +96,24 @@ def test_ids_of_feature_columns_stay_in_their_buckets():
             session.run(out, {features[k]: v for k, v in generate(64, seed).items()})
 
 
+def test_ids_of_keras_preprocessing_layers_stay_in_range(tmp_path):
+    keras = pytest.importorskip("tf_keras")
+    category = keras.Input([1], dtype="int64", name="category")
+    word = keras.Input([1], dtype="string", name="word")
+    encoded = keras.layers.CategoryEncoding(num_tokens=4, output_mode="one_hot")(category)  # asserts max(ids) < 4
+    embedded = keras.layers.Flatten()(keras.layers.Embedding(6, 2)(keras.layers.Hashing(num_bins=6)(word)))
+    tf.saved_model.save(keras.Model([category, word], keras.layers.Concatenate()([encoded, embedded])), str(tmp_path / "m"))
+    from msopt.inspect import signatures
+    from msopt.load import load
+
+    loaded = load(tmp_path / "m")
+    generate = InputGenerator(signatures(loaded)["serving_default"]["inputs"], GraphView(loaded.graph_def))
+    assert generate.needs["category"].bound == 4 and generate.needs["word"].bound is None
+    restored = tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"]
+    for seed in range(3):
+        restored(**{k: tf.constant(v) for k, v in generate(64, seed).items()})
+
+
 @pytest.mark.parametrize("flow, op", [("v1", "Switch"), ("v2", "If")])
 def test_a_predicate_of_unknown_rank_is_a_scalar(flow, op):
     graph = tf.Graph()
