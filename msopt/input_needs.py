@@ -34,6 +34,10 @@ OPAQUE = {"DecodeJpeg", "DecodePng", "DecodeImage", "DecodeGif", "DecodeBmp", "D
           "DecodeWav", "DecodeBase64", "DecodeCompressed", "DecodeProtoV2", "DecodeJSONExample", "ParseExample",
           "ParseExampleV2", "ParseSingleExample", "ParseSequenceExample", "ParseSequenceExampleV2",
           "ParseSingleSequenceExample", "ParseTensor", "DeserializeSparse", "DeserializeManySparse"}
+# Ops whose output has their input 0's shape: an input of unknown rank takes the shape a consumer past them needs.
+SAME_SHAPE = {"Identity", "Cast", "StopGradient", "Snapshot", "Enter", "Exit", "NextIteration", "Merge", "Switch",
+              "PlaceholderWithDefault", "CheckNumerics", "Relu", "Relu6", "Elu", "Selu", "Tanh", "Sigmoid", "Neg",
+              "Abs", "Exp", "Log", "Square", "Sqrt", "Floor", "Round", "Sign", "LogicalNot"}
 PREDICATES = {("Switch", 1), ("RefSwitch", 1), ("If", 0), ("StatelessIf", 0), ("Assert", 0), ("LoopCond", 0)}
 MAX_VISITS = 200_000
 
@@ -47,6 +51,7 @@ class Need:
     unknown: str = None
     scalar: bool = False
     text: tuple = None
+    shape: list = None  # for an input of unknown rank: the shape a consumer needs (None: the batch dimension)
     sinks: list = field(default_factory=list)  # node keys that set the bound
 
     def limit(self, bound, key):
@@ -63,7 +68,10 @@ def input_needs(view, inputs):
         node = str(spec.get("name") or "").split(":")[0]
         need = Need()
         if node in view.nodes:
-            flow.follow(need, node, int(str(spec["name"]).partition(":")[2] or 0))
+            port = int(str(spec["name"]).partition(":")[2] or 0)
+            flow.follow(need, node, port)
+            if spec.get("shape") is None and not need.scalar:
+                need.shape = flow.shape_wanted(node, port)
         needs[key] = need
     return needs
 
@@ -111,6 +119,46 @@ class _Flow:
             for function, position in self.returns.get(where, ()):
                 for caller in self.view.functions[function].callers:
                     todo.append((caller, position))
+
+    def shape_wanted(self, start, port):
+        """The shape the first shape-demanding consumer (MatMul, BiasAdd, Conv2D) reached through
+        shape-preserving ops wants for this tensor; None when no such consumer says."""
+        todo, seen = [(start, port)], set()
+        while todo and len(seen) < MAX_VISITS:
+            where = todo.pop(0)
+            if where in seen:
+                continue
+            seen.add(where)
+            for consumer, index in self.readers.get(where, ()):
+                node = self.view.nodes[consumer]
+                wanted = self._wanted(node, index)
+                if wanted is not None:
+                    return wanted
+                if node.op in SAME_SHAPE and index == 0:
+                    todo.extend((node.key, k) for k in (0, 1))
+                elif node.calls and (node.op in CALLS or node.op in self.view.functions):
+                    todo.extend(self._into(node.calls[0], index))
+            for function, position in self.returns.get(where, ()):
+                todo.extend((caller, position) for caller in self.view.functions[function].callers)
+        return None
+
+    def _wanted(self, node, index):
+        attr = node.proto.attr
+        if node.op in ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3") and index == 0:
+            flip_x, flip_w = ("transpose_a", "transpose_b") if node.op == "MatMul" else ("adj_x", "adj_y")
+            weights = self.shape(*self.source(node, 1))
+            if not attr[flip_x].b and weights and len(weights) == 2:
+                inner = weights[1 if attr[flip_w].b else 0]
+                return None if inner is None else [None, inner]
+        if node.op == "BiasAdd" and index == 0:
+            bias = self.shape(*self.source(node, 1))
+            if bias and len(bias) == 1 and bias[0] is not None:
+                return [None, bias[0]]
+        if node.op in ("Conv2D", "DepthwiseConv2dNative") and index == 0 and attr["data_format"].s in (b"", b"NHWC"):
+            kernel = self.shape(*self.source(node, 1))
+            if kernel and len(kernel) == 4 and None not in kernel:
+                return [None, 2 * kernel[0] + 8, 2 * kernel[1] + 8, kernel[2]]
+        return None
 
     def _step(self, need, node, index):
         """Record what ``node`` asks of the value at its input ``index``; return the tensors carrying it on."""

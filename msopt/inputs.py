@@ -45,7 +45,9 @@ class InputGenerator:
     def shape(self, key, batch_size):
         spec, need = self.inputs[key], self.needs[key]
         if spec["shape"] is None:
-            return [] if need.scalar else [batch_size]
+            if need.scalar:
+                return []
+            return [batch_size if d is None else d for d in need.shape] if need.shape else [batch_size]
         return [batch_size if d is None else d for d in spec["shape"]]
 
     def __call__(self, batch_size=3, seed=0):

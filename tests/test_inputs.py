@@ -131,6 +131,20 @@ def test_a_predicate_of_unknown_rank_is_a_scalar(flow, op):
     assert feeds["is_training"].shape == () and not feeds["is_training"] and feeds["x"].shape == (5, 4)
 
 
+def test_an_input_of_unknown_rank_takes_the_shape_its_consumer_needs():
+    graph = tf.Graph()
+    with graph.as_default():
+        dense = v1.placeholder(tf.float32, None, name="dense")
+        image = v1.placeholder(tf.float32, None, name="image")
+        plain = v1.placeholder(tf.float32, None, name="plain")
+        a = tf.matmul(tf.nn.relu(tf.cast(dense, tf.float32)), v1.get_variable("w", [3, 2]))
+        b = tf.nn.conv2d(image, v1.get_variable("k", [3, 3, 5, 4]), 1, "SAME")
+        fetches = [a, b, plain * 2.0]
+    generate = run_generated(graph, {"dense": dense, "image": image, "plain": plain}, fetches, batch_size=4)
+    feeds = generate(4, 0)
+    assert feeds["dense"].shape == (4, 3) and feeds["image"].shape[::3] == (4, 5) and feeds["plain"].shape == (4,)
+
+
 def test_strings_take_the_form_their_parsers_expect():
     graph = tf.Graph()
     with graph.as_default():
