@@ -31,8 +31,8 @@ HASHES = {"StringToHashBucket", "StringToHashBucketFast", "StringToHashBucketStr
           "StaticRegexReplace", "RegexReplace", "StaticRegexFullMatch", "RegexFullMatch", "ReduceJoin", "Equal", "NotEqual", "UnicodeDecode", "UnicodeDecodeWithOffsets", "StringNGrams"}
 # Parsers whose input format msopt does not generate: such an input must come from --inputs.
 OPAQUE = {"DecodeJpeg", "DecodePng", "DecodeImage", "DecodeGif", "DecodeBmp", "DecodeAndCropJpeg", "DecodeRaw",
-          "DecodeWav", "DecodeBase64", "DecodeCompressed", "DecodeProtoV2", "DecodeJSONExample", "ParseExample",
-          "ParseExampleV2", "ParseSingleExample", "ParseSequenceExample", "ParseSequenceExampleV2",
+          "DecodeWav", "DecodeBase64", "DecodeCompressed", "DecodeProtoV2", "DecodeJSONExample",
+          "ParseSequenceExample", "ParseSequenceExampleV2",
           "ParseSingleSequenceExample", "ParseTensor", "DeserializeSparse", "DeserializeManySparse"}
 # Ops whose output has their input 0's shape: an input of unknown rank takes the shape a consumer past them needs.
 SAME_SHAPE = {"Identity", "Cast", "StopGradient", "Snapshot", "Enter", "Exit", "NextIteration", "Merge", "Switch",
@@ -46,7 +46,8 @@ MAX_VISITS = 200_000
 class Need:
     """What one input must hold. ``bound``: ids in [0, bound); ``unknown``: a lookup whose table size the
     graph does not record; ``scalar``: a control-flow predicate; ``text``: the string format, e.g.
-    ("number", "int"), ("csv", [dtypes], delimiter), ("split", delimiter, inner text), ("opaque", op, node)."""
+    ("number", "int"), ("csv", [dtypes], delimiter), ("split", delimiter, inner text), ("opaque", op, node),
+    ("example", [(feature key, dtype, value count or None, Need of the parsed values)]) for a tf.Example."""
     bound: int = None
     unknown: str = None
     scalar: bool = False
@@ -202,6 +203,14 @@ class _Flow:
             self._text(need, ("split", delim if delim else " ", inner.text))
             need.limit(inner.bound, key)
             return []
+        if op in ("ParseExample", "ParseExampleV2", "ParseSingleExample") and index == 0:
+            features = self._example_features(node)
+            self._text(need, ("example", features) if features is not None else ("opaque", op, key))
+            for _, _, _, inner in features or ():
+                if inner.text and inner.text[0] == "opaque":
+                    self._text(need, inner.text)
+                need.unknown = need.unknown or (inner.unknown if inner.bound is None else None)
+            return []
         if op in HASHES:
             return []
         if node.calls and (op in CALLS or op in self.view.functions):
@@ -225,8 +234,50 @@ class _Flow:
             return [(key, 1)]
         return []
 
+    def _example_features(self, node):
+        """[(key, dtype, count, Need)] of the tf.Example features a parse op reads; None if its keys are not Consts."""
+        attr = node.proto.attr
+        dense_types = list(attr["Tdense"].list.type)
+        sparse_types = list(attr["sparse_types"].list.type)
+        if node.op == "ParseSingleExample":
+            sparse_keys = [k.decode() for k in attr["sparse_keys"].list.s]
+            dense_keys = [k.decode() for k in attr["dense_keys"].list.s]
+        elif node.op == "ParseExample":
+            sparse_keys = [self.const_str(node, 2 + k) for k in range(len(sparse_types))]
+            dense_keys = [self.const_str(node, 2 + len(sparse_types) + k) for k in range(len(dense_types))]
+        else:
+            sparse_keys, dense_keys = self.const_strs(node, 2), self.const_strs(node, 3)
+            ragged_keys, ragged_types = self.const_strs(node, 4), list(attr["ragged_value_types"].list.type)
+            if ragged_keys is None or len(ragged_keys) != len(ragged_types):
+                return None
+            sparse_keys, sparse_types = sparse_keys + ragged_keys if sparse_keys is not None else None, sparse_types + ragged_types
+        if sparse_keys is None or dense_keys is None or None in sparse_keys + dense_keys \
+                or len(sparse_keys) != len(sparse_types) or len(dense_keys) != len(dense_types):
+            return None
+        shapes = [_dims(s) for s in attr["dense_shapes"].list.shape]
+        sparse = len(attr["sparse_types"].list.type)
+        features = []
+        for k, (name, dtype) in enumerate(zip(dense_keys, dense_types)):
+            dims = shapes[k] if k < len(shapes) else None
+            count = int(np.prod(dims)) if dims is not None and None not in dims else 1
+            features.append((name, dtype, count, self._parsed(node, 3 * sparse + k)))
+        for k, (name, dtype) in enumerate(zip(sparse_keys, sparse_types)):
+            port = sparse + k if k < sparse else 3 * sparse + len(dense_types) + (k - sparse)
+            features.append((name, dtype, None, self._parsed(node, port)))
+        return features
+
+    def _parsed(self, node, port):
+        """What the values a parse op writes at output ``port`` must be, as for an input."""
+        inner = Need()
+        self.follow(inner, node.key, port)
+        return inner
+
+    def const_strs(self, node, index):
+        tensor = self.const_value(node, index)
+        return None if tensor is None else [v.decode(errors="replace") for v in tensor.string_val]
+
     def _text(self, need, text):
-        order = ("opaque", "csv", "split", "number")
+        order = ("opaque", "example", "csv", "split", "number")
         if need.text is None or order.index(text[0]) < order.index(need.text[0]):
             need.text = text
 

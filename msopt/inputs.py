@@ -84,7 +84,26 @@ def _text(text, rng, bound):
         return text[2].join(CSV_FIELDS.get(t, "1") for t in text[1]).encode()
     if kind == "split":
         return text[1].encode().join(_text(text[2], rng, bound) for _ in range(int(rng.integers(1, 4))))
+    if kind == "example":
+        return _example(text[1], rng)
     return rng.choice(TOKENS)
+
+
+def _example(features, rng):
+    """A serialized tf.Example holding each feature a parse op reads, with values its consumers accept."""
+    from msopt.protos import Example
+
+    example = Example()
+    for name, dtype, count, need in features:
+        count = int(rng.integers(1, 4)) if count is None else count
+        feature = example.features.feature[name]
+        if dtype == 7:  # string
+            feature.bytes_list.value.extend(_text(need.text, rng, need.bound) for _ in range(count))
+        elif dtype in (3, 9):  # int32, int64
+            feature.int64_list.value.extend(int(v) for v in rng.integers(0, need.bound or DEFAULT_ID_BOUND, count))
+        else:
+            feature.float_list.value.extend(float(v) for v in rng.standard_normal(count).astype(np.float32))
+    return example.SerializeToString()
 
 
 # -- inputs from a file ----------------------------------------------------------------------------

@@ -164,6 +164,25 @@ def test_strings_take_the_form_their_parsers_expect():
     assert generate.needs["code"].bound == 4 and generate.needs["record"].text[0] == "csv"
 
 
+def test_serialized_examples_hold_the_features_their_parse_op_reads():
+    graph = tf.Graph()
+    with graph.as_default():
+        batch = v1.placeholder(tf.string, [None], name="examples")
+        single = v1.placeholder(tf.string, [], name="example")
+        spec = {"dense": tf.io.FixedLenFeature([3], tf.float32), "item": tf.io.FixedLenFeature([1], tf.int64),
+                "words": tf.io.VarLenFeature(tf.string), "price": tf.io.FixedLenFeature([], tf.string),
+                "tags": tf.io.RaggedFeature(tf.int64)}
+        parsed = tf.io.parse_example(batch, spec)
+        fetches = [parsed["dense"], tf.gather(tf.ones([4, 2]), parsed["item"]),  # ids of a 4-row table
+                   tf.strings.to_hash_bucket_fast(parsed["words"].values, 5), tf.strings.to_number(parsed["price"]),
+                   tf.gather(tf.ones([6]), parsed["tags"].flat_values)]
+        one = tf.io.parse_single_example(single, {"n": tf.io.FixedLenFeature([2], tf.int64)})
+        fetches.append(tf.one_hot(one["n"], 3))
+    generate = run_generated(graph, {"examples": batch, "example": single}, fetches)
+    features = {name: (count, need.bound) for name, _, count, need in generate.needs["examples"].text[1]}
+    assert features == {"dense": (3, None), "item": (1, 4), "price": (1, None), "words": (None, None), "tags": (None, 6)}
+
+
 def test_an_input_the_graph_cannot_describe_names_itself_and_asks_for_inputs():
     graph = tf.Graph()
     with graph.as_default():
