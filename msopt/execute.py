@@ -16,6 +16,7 @@ from msopt.inspect import signatures as signature_specs
 from msopt.protos import DTYPE_NAMES
 
 _configured = {}  # device type -> logical devices configured in this process (TF2 runtime)
+_held = []  # the terminal's fd once TensorFlow's runtime logs are held back (once per process)
 
 
 @contextlib.contextmanager
@@ -56,7 +57,7 @@ def hold_runtime_logs():
     """Keep TensorFlow's own log lines (C++ runtime, absl, Python warnings) off the user's stderr for the rest
     of the process, unless MSOPT_DEBUG is set: fd 2 goes to /dev/null and Python's sys.stderr keeps the
     terminal. Only when sys.stderr is this process's fd 2 (not under a test harness that captured it)."""
-    if os.environ.get("MSOPT_DEBUG") or getattr(hold_runtime_logs, "done", False):
+    if os.environ.get("MSOPT_DEBUG") or _held:
         return
     logging.getLogger("absl").setLevel(logging.ERROR)
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
@@ -73,7 +74,7 @@ def hold_runtime_logs():
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
     os.close(null)
-    hold_runtime_logs.done = True
+    _held.append(terminal)
 
 
 def configure_logical_devices(tf, count, device_type="cpu"):

@@ -103,6 +103,11 @@ class _Flow:
                  "shape": 2, "output_indices": 0, "output_values": 1}
         if node.op in self.view.functions:
             return self.view.functions[node.op].output_index(port) or 0
+        if node.op in ("ParseExample", "ParseExampleV2", "ParseSingleExample"):  # output lists, flattened
+            sizes = [len(node.proto.attr[a].list.type) for a in ("sparse_types", "Tdense", "ragged_value_types")]
+            first = {"sparse_values": sizes[0], "sparse_shapes": 2 * sizes[0], "dense_values": 3 * sizes[0],
+                     "ragged_values": 3 * sizes[0] + sizes[1], "ragged_row_splits": 3 * sizes[0] + sizes[1] + sizes[2]}
+            return first.get(name, 0) + index
         if name in named and node.op not in CALLS | BRANCHES | LOOPS | {"IdentityN"}:
             return named[name]
         return index

@@ -183,6 +183,32 @@ def test_serialized_examples_hold_the_features_their_parse_op_reads():
     assert features == {"dense": (3, None), "item": (1, 4), "price": (1, None), "words": (None, None), "tags": (None, 6)}
 
 
+def test_serialized_examples_parsed_in_a_function_body(tmp_path):
+    class Model(tf.Module):
+        def __init__(self):
+            self.table = tf.Variable(np.ones((4, 2), np.float32))
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+        def __call__(self, examples):
+            parsed = tf.io.parse_example(examples, {"words": tf.io.VarLenFeature(tf.string),
+                                                    "dense": tf.io.FixedLenFeature([3], tf.float32),
+                                                    "item": tf.io.FixedLenFeature([1], tf.int64)})
+            return {"out": tf.reduce_sum(tf.gather(self.table, parsed["item"]), [1, 2]) + tf.reduce_sum(parsed["dense"], 1)}
+
+    model = Model()
+    tf.saved_model.save(model, str(tmp_path / "m"), signatures=model.__call__)
+    from msopt.inspect import signatures
+    from msopt.load import load
+
+    loaded = load(tmp_path / "m")
+    generate = InputGenerator(signatures(loaded)["serving_default"]["inputs"], GraphView(loaded.graph_def))
+    features = {name: (count, need.bound) for name, _, count, need in generate.needs["examples"].text[1]}
+    assert features == {"dense": (3, None), "item": (1, 4), "words": (None, None)}
+    restored = tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"]
+    for seed in range(3):
+        restored(examples=tf.constant(generate(32, seed)["examples"]))
+
+
 def test_an_input_the_graph_cannot_describe_names_itself_and_asks_for_inputs():
     graph = tf.Graph()
     with graph.as_default():
