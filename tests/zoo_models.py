@@ -1,12 +1,9 @@
 """Real models built by libraries at test time (no weights downloaded), cached on disk between runs."""
-import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("MSOPT_TEST_CACHE", ROOT / ".cache" / "test-models"))
+from conftest import CACHE
 
 PRELUDE = """
 import os, sys
