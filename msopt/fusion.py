@@ -159,7 +159,6 @@ PATTERNS = (
     Pattern("instance norm+activation", "remapper.cc FindInstanceNormWithActivation", "cpu with oneDNN",
             (P("Relu|LeakyRelu", _common_norm()),)),
     Pattern("instance norm", "remapper.cc FindInstanceNorm", "cpu with oneDNN", (_common_norm(),)),
-    Pattern("hardswish", "remapper.cc FindHardSwish", "cpu with oneDNN", _hard_swish()),
     # oneDNN layout pass: after the graph is split by device, inside one partition only
     Pattern("conv2d+bias (layout pass)", "mkl_layout_pass.cc MergeConv2DWithBiasAdd", "cpu with oneDNN",
             (P("BiasAdd", P("Conv2D", ANY, ANY), ANY),)),
@@ -183,7 +182,7 @@ def fusion_groups(view):
     """(pattern name, [node keys]) for every pattern and regrouping that matches in the view."""
     consumers = _data_consumers(view)
     for node in view.real_nodes():
-        for pattern in PATTERNS:
+        for pattern in PATTERNS if node.op not in PASS_THROUGH else ():
             for tree in pattern.trees:
                 matched = _match(view, node.key, tree)
                 if matched and len(matched) > 1:
