@@ -149,6 +149,9 @@ def default_policy():
 @click.option("--force", is_flag=True, help="Replace an existing output.")
 @click.option("--report", type=click.Path(dir_okay=False), default=None, help="Write the JSON report to this file.")
 @click.option("--verify", is_flag=True, help="Run original and rewritten model in TensorFlow; exit 1 unless outputs are identical.")
+@click.option("--tolerance", type=click.FloatRange(min=0), default=None, metavar="X",
+              help="--verify: accept outputs that differ by at most X (absolute); the report says they are not "
+                   "bitwise equal. Default: bitwise equality.")
 @click.option("--target", default=None, metavar="GPU", help="GPU profile of the simulated figures: h100, a100, v100, t4 (default h100).")
 @click.option("--batch-size", type=int, default=1, show_default=True, help="Unknown batch dimension, for the cost model.")
 @click.option("--costs", type=click.Path(dir_okay=False), default=None, help="Measured per-op times (see `msopt simulate --help`).")
@@ -159,8 +162,8 @@ def default_policy():
               help="--policy stage: the stage is everything upstream of these tensors (repeatable; default: found).")
 @TAGS
 @JSON
-def partition(model, streams, policy, placement, device_type, output, force, report, verify, target, batch_size, costs,
-              rules, override, no_const_dup, boundary, tags, as_json):
+def partition(model, streams, policy, placement, device_type, output, force, report, verify, tolerance, target, batch_size,
+              costs, rules, override, no_const_dup, boundary, tags, as_json):
     """Assign every op of MODEL to one of N streams and write the rewritten model.
 
     \b
@@ -193,6 +196,8 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
     policy = policy or ("manual" if rules else default_policy())
     if rules and policy != "manual":
         raise InputError(f"--rules is read by --policy manual, not by --policy {policy}")
+    if tolerance is not None and not verify:
+        raise InputError("--tolerance is read by --verify")
     progress(f"loading {model}")
     loaded, view = open_model(model, tags)
     out = output or str(emit.default_output(model, streams))
@@ -220,7 +225,7 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
         from msopt.verify import verify as run_verify
 
         progress("verifying in TensorFlow")
-        document["verify"] = run_verify(loaded, load(out, tags), streams, device_type)
+        document["verify"] = run_verify(loaded, load(out, tags), streams, device_type, tolerance=tolerance)
     if report:
         write_json(report, document)
     if as_json:
@@ -229,7 +234,10 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
         click.echo(_partition_text(document))
     if verify and not document["verify"]["ok"]:
         result = document["verify"]
-        raise CheckFailed(result.get("error") or f"rewritten model differs from the original (max abs diff {result['max_abs_diff']:g})")
+        cause = next((f"; {d['node']}: {d['why']}" if d["node"] else f"; {d['why']}" for d in result.get("differences", [])), "")
+        limit = f", more than --tolerance {tolerance:g}" if tolerance is not None else ""
+        raise CheckFailed(result.get("error") or f"rewritten model differs from the original (max abs diff "
+                                                 f"{result['max_abs_diff']:g}{limit}){cause}")
 
 
 def _partition_text(doc):
@@ -252,8 +260,12 @@ def _partition_text(doc):
     lines.extend(f"  {note}" for note in doc.get("notes", []))
     if "verify" in doc:
         v = doc["verify"]
-        state = "identical" if v["ok"] else "DIFFERENT"
+        state = "identical" if v.get("identical", v["ok"]) else "DIFFERENT"
+        if v["ok"] and state == "DIFFERENT":
+            state = f"NOT bitwise equal, accepted by --tolerance {v['tolerance']:g}"
         lines.append(f"  verify: outputs {state} on {len(v['signatures'])} signature(s), max abs diff {v['max_abs_diff']:g}")
+        for row in v.get("differences", [])[:3]:
+            lines.append(f"    {row['node'] + ': ' if row['node'] else ''}{row['why']}")
     return "\n".join(lines)
 
 

@@ -402,3 +402,76 @@ def test_mobilenet_chains_still_verifies(msopt, mobilenet_v2, tmp_path):
                  "--device-type", "cpu", "-o", tmp_path / "out", "--verify", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["verify"]["ok"]
+
+
+# -- --verify names what differs; --tolerance accepts a difference explicitly ----------------------
+VERIFY = r'''
+import json, sys
+from msopt.load import load
+from msopt.verify import verify
+tolerance = None if sys.argv[3] == "none" else float(sys.argv[3])
+print(json.dumps(verify(load(sys.argv[1]), load(sys.argv[2]), 2, tolerance=tolerance)))
+'''
+
+
+@pytest.fixture(scope="module")
+def split_add_tree(tmp_path_factory):
+    """A model and a rewrite of it that splits an Add tree across devices (no constraints): not bitwise equal."""
+    tmp = tmp_path_factory.mktemp("tolerance")
+
+    def residual():
+        def x(name):
+            return tf.reshape(v1.placeholder(tf.float32, [64, 64], name=name), [64, 64], name=name + "_known")
+
+        return tf.add(tf.add(tf.tanh(x("x"), name="f"), const([64], "b"), name="add_bias"), x("y"), name="add_res")
+
+    original = tmp / "original.pb"
+    original.write_bytes(build(residual).SerializeToString())
+    emit.write(load(original), {"add_res": 1}, tmp / "split.pb", "device", "cpu")
+    return original, tmp / "split.pb"
+
+
+def run_verify(original, rewritten, tolerance):
+    done = subprocess.run([sys.executable, "-c", VERIFY, str(original), str(rewritten), str(tolerance)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_verify_names_the_rewrite_made_in_one_model_only(split_add_tree):
+    report = run_verify(*split_add_tree, "none")
+    assert not report["ok"] and not report["identical"] and 0 < report["max_abs_diff"] < 1e-5
+    assert "tolerance" not in report
+    rows = report["differences"]
+    assert any(r["node"] and "AddOpsRewrite" in r["node"] and "arithmetic optimizer" in r["why"] for r in rows)
+    assert any(r["node"] == "add_res" and r["rewritten"] == "AddV2(add_bias, y_known)" for r in rows)
+
+
+def test_tolerance_accepts_the_difference_and_says_so(split_add_tree):
+    report = run_verify(*split_add_tree, 1e-5)
+    assert report["ok"] and not report["identical"] and report["tolerance"] == 1e-5
+    assert report["differences"]  # never silent: what differs is still reported
+    from msopt.cli import _partition_text
+
+    doc = {"output": "out", "policy": "manual", "streams": 2, "elapsed_s": 0, "nodes_per_stream": [1, 1],
+           "cross_stream_edges": 1, "functions": {}, "constraint_merges": [], "const_copies": {},
+           "simulated": {"target": "h100", "makespan_ms": 1, "single_stream_ms": 1, "speedup": 1, "ratio_to_bound": 1},
+           "verify": report}
+    text = _partition_text(doc)
+    assert "NOT bitwise equal, accepted by --tolerance 1e-05" in text and "arithmetic optimizer" in text
+    assert not run_verify(*split_add_tree, 1e-12)["ok"]  # a tolerance below the difference still fails
+
+
+def test_tolerance_option(msopt, tmp_path):
+    from conftest import SAMPLES
+
+    common = ("partition", SAMPLES / "towers_tf1", "-n", "2", "--placement", "device", "--device-type", "cpu")
+    done = msopt(*common, "-o", tmp_path / "a", "--tolerance", "1e-6")
+    assert done.returncode == 2 and done.stderr.strip() == "msopt: error: --tolerance is read by --verify"
+    assert not (tmp_path / "a").exists()
+    done = msopt(*common, "-o", tmp_path / "b", "--verify", "--tolerance", "1e-6", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)["verify"]
+    assert result["ok"] and result["identical"] and result["tolerance"] == 1e-6 and "differences" not in result
+    done = msopt(*common, "-o", tmp_path / "c", "--verify", "--tolerance", "-1")
+    assert done.returncode == 2
