@@ -63,6 +63,21 @@ class _Edges:
         self.targets = []
 
 
+def validate_objects(object_graph, where):
+    """A TF2 object graph's references (children, captured inputs) must name objects that exist."""
+    count = len(object_graph.nodes)
+    for position, obj in enumerate(object_graph.nodes):
+        for child in obj.children:
+            if not 0 <= child.node_id < count:
+                raise InputError(f"{where}: object {position} has child '{child.local_name}' = object {child.node_id}, "
+                                 f"but the object graph has {count} objects")
+    for name in sorted(object_graph.concrete_functions):
+        for object_id in object_graph.concrete_functions[name].bound_inputs:
+            if not 0 <= object_id < count:
+                raise InputError(f"{where}: function '{name}' captures object {object_id}, "
+                                 f"but the object graph has {count} objects")
+
+
 def _in(function):
     return f" in function '{function}'" if function else ""
 

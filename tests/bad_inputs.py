@@ -139,3 +139,17 @@ def rules_file(out_dir, name, data):
 def many_rules(count):
     """A rules file of ``count`` rules, none of which matches anything."""
     return "rules:\n" + "".join(f"  - match: 'no_such_node_{i}/.*'\n    stream: 1\n" for i in range(count))
+
+
+def captured_object_out_of_range(out_dir):
+    """A TF2 SavedModel whose functions capture object ids beyond its object graph."""
+    saved = protos.SavedModel.FromString((SAMPLES / "linreg_tf2" / "saved_model.pb").read_bytes())
+    objects = saved.meta_graphs[0].object_graph_def
+    for name in objects.concrete_functions:
+        bound = objects.concrete_functions[name].bound_inputs
+        if bound:
+            bound[0] = 10**6
+    model = Path(out_dir) / "captures"
+    model.mkdir()
+    (model / "saved_model.pb").write_bytes(saved.SerializeToString())
+    return model

@@ -255,7 +255,26 @@ def mutate_signature(rng, graph, meta):
         info.ClearField("name")
 
 
-STRUCTURAL = [mutate_node, mutate_inputs, mutate_function, mutate_dtype, mutate_shape, mutate_stream, mutate_signature]
+def mutate_object_graph(rng, graph, meta):
+    """TF2: the object graph's captured inputs and variables, which --placement device rewrites."""
+    if meta is None or not meta.object_graph_def.concrete_functions:
+        return mutate_node(rng, graph, meta)
+    objects = meta.object_graph_def
+    function = objects.concrete_functions[rng.choice(sorted(objects.concrete_functions))]
+    choice = rng.randrange(3)
+    if choice == 0 and function.bound_inputs:
+        function.bound_inputs[rng.randrange(len(function.bound_inputs))] = rng.choice([0, len(objects.nodes), 10**6])
+    elif choice == 1 and function.bound_inputs:
+        del function.bound_inputs[rng.randrange(len(function.bound_inputs))]
+    else:
+        del objects.nodes[rng.randrange(len(objects.nodes)):]
+
+
+STRUCTURAL = [mutate_node, mutate_inputs, mutate_function, mutate_dtype, mutate_shape, mutate_stream, mutate_signature,
+              mutate_object_graph]
+RULES = ["rules:\n  - op: MatMul\n    stream: 1\n", "default: 0\nrules:\n  - match: '.*'\n    stream: 1\n",
+         "rules:\n  - scope: tower_1/\n    stream: 1\n  - function: '.*'\n    stream: 0\n", "rules: [",
+         "rules:\n  - match: '('\n    stream: 1\n"]
 
 
 def make_variant(rng, seeds):
@@ -283,7 +302,16 @@ def command_for(rng, model, where):
         return ["inspect", model] + (["--json"] if rng.randrange(2) else [])
     streams = str(rng.randint(1, 4))
     if command == "partition":
-        return ["partition", model, "--streams", streams, "--policy", rng.choice(POLICIES), "-o", where / "out"]
+        options = ["--placement", "device"] if rng.randrange(2) else []
+        if rng.randrange(6) == 0:
+            rules = where / "rules.yaml"
+            rules.write_text(rng.choice(RULES))
+            options += ["--rules", rules, "--override"]
+        else:
+            options += ["--policy", rng.choice(POLICIES)]
+        if rng.randrange(4) == 0:
+            options += ["--no-const-dup", "--batch-size", str(rng.choice([1, 64, 2**40]))]
+        return ["partition", model, "--streams", streams, "-o", where / "out", *options]
     if command == "simulate":
         return ["simulate", model, "--streams", streams, "--policy", rng.choice(POLICIES)]
     return ["visualize", model, "-o", where / "out.dot", "--streams", streams, "--policy", rng.choice(POLICIES)]

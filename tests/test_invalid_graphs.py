@@ -66,6 +66,15 @@ def test_invalid_graph(tmp_path, build, words):
     refused(tmp_path, build(tmp_path), *words)
 
 
+def test_captured_object_out_of_range(tmp_path):
+    """--placement device writes each captured variable's device into the object graph it indexes."""
+    model = bad_inputs.captured_object_out_of_range(tmp_path)
+    before = (model / "saved_model.pb").read_bytes()
+    code, stdout, stderr = cli("partition", model, "--streams", 2, "--placement", "device", "-o", tmp_path / "out")
+    assert code == 2 and len(stderr) == 1 and "captures object 1000000" in stderr[0], stderr
+    assert (model / "saved_model.pb").read_bytes() == before and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("value, shown", [("f: 1.0", "1.0"), ('s: "1"', "b'1'"), ("list { i: 1 }", "list"), ("i: -3", "-3")])
 def test_stream_id_that_is_not_a_stream(tmp_path, value, shown):
     refused(tmp_path, bad_inputs.float_stream_id(tmp_path, value), "_stream_id", shown)
