@@ -8,9 +8,8 @@ library lacks, dtype attributes holding DT_INVALID (0), shapes of negative or im
 """
 import re
 
-import numpy as np
-
 from msopt.errors import InputError
+from msopt.graph import kahn_order
 
 STREAM_ATTR = "_stream_id"
 BACK_EDGE_OPS = frozenset({"NextIteration", "RefNextIteration"})
@@ -24,9 +23,10 @@ CALL_ATTRS = {
 MAX_CALL_DEPTH = 100  # nested calls; real models nest a handful deep, and the passes recurse once per level
 MAX_ELEMENTS = 2**63 - 1  # TensorFlow's limit on a tensor's element count (int64)
 MAX_PORT_DIGITS = 9
-MAIN_REF = re.compile(r"(\^)?([^:^]+)(?::(\d{1,%d}))?" % MAX_PORT_DIGITS)
-# In a function body: "arg", "node:out_arg:index", "node:out_arg", "node:index" or "^node".
-BODY_REF = re.compile(r"(\^)?([^:^]+)(?::([A-Za-z_][\w./-]*))?(?::(\d{1,%d}))?" % MAX_PORT_DIGITS)
+# What may follow "node:" in an input: an output index in the main graph; in a function body also
+# "out_arg:index" or "out_arg" (a bare argument or node name has no colon).
+MAIN_PORT = re.compile(r"\d{1,%d}" % MAX_PORT_DIGITS)
+BODY_PORT = re.compile(r"\d{1,%d}|[A-Za-z_][\w./-]*(?::\d{1,%d})?" % (MAX_PORT_DIGITS, MAX_PORT_DIGITS))
 
 
 def validate(graph_def, where):
@@ -47,8 +47,8 @@ def validate(graph_def, where):
         names = {nd.name for nd in fdef.node_def}
         for out_name in sorted(fdef.ret):
             ref = fdef.ret[out_name]
-            match = BODY_REF.fullmatch(ref)
-            if match is None or match.group(1) or (match.group(2) not in names and match.group(2) not in args):
+            head, colon, port = ref.partition(":")
+            if (colon and BODY_PORT.fullmatch(port) is None) or (head not in names and head not in args):
                 raise InputError(f"{where}: function '{name}' returns '{ref}' as '{out_name}', which is not in its body")
     _check_acyclic(where, edges)
     _check_call_depth(where, calls)
@@ -84,46 +84,61 @@ def _in(function):
 
 def _check_body(where, function, node_defs, args, library, edges):
     """Check one graph or function body, adding its edges; returns [(node name, called function)]."""
-    offset = len(edges.names)
-    edges.names.extend((function, arg) for arg in args)
-    index = {name: offset + i for i, name in enumerate(args)}
-    back = set()
     nodes = list(node_defs)
-    for nd in nodes:
-        name, op = nd.name, nd.op
-        if not name or not op:
-            raise InputError(f"{where}: a node without a name or op ({name or '?'}){_in(function)}: corrupt graph")
-        if name in index:
-            raise InputError(f"{where}: node name '{name}' appears twice{_in(function)}")
-        if ":" in name or name[0] == "^":
-            raise InputError(f"{where}: node name '{name}'{_in(function)} contains ':' or starts with '^'")
-        index[name] = len(edges.names)
-        edges.names.append((function, name))
-        if op in BACK_EDGE_OPS:
-            back.add(name)
-    pattern = BODY_REF if function else MAIN_REF
+    names = [nd.name for nd in nodes]
+    ops = [nd.op for nd in nodes]
+    offset = len(edges.names)
+    index = dict(zip(args, range(offset, offset + len(args))))
+    index.update(zip(names, range(offset + len(args), offset + len(args) + len(names))))
+    joined = "\0" + "\0".join(names)
+    if len(index) != len(args) + len(names) or not all(ops) or "\0\0" in joined + "\0" or ":" in joined or "\0^" in joined:
+        _check_names(where, function, names, ops, args)
+    edges.names.extend((function, name) for name in args)
+    edges.names.extend((function, name) for name in names)
+    back = {name for name, op in zip(names, ops) if op in BACK_EDGE_OPS}
+    pattern = BODY_PORT if function else MAIN_PORT
+    ports = {}  # port text -> well formed (a few distinct ports recur thousands of times)
     sources, targets, calls = edges.sources, edges.targets, []
-    for nd in nodes:
-        name = nd.name
-        target = index[name]
+    add_source, add_target = sources.append, targets.append
+    for target, nd in enumerate(nodes, offset + len(args)):
         for ref in nd.input:
             source = index.get(ref)  # the common case: a plain node name
             if source is None:
-                match = pattern.fullmatch(ref)
-                if match is None:
-                    raise InputError(f"{where}: node '{name}'{_in(function)} has a malformed input '{ref}'")
-                source = index.get(match.group(2))
+                control = ref[:1] == "^"
+                head, colon, port = ref[control:].partition(":")
+                good = ports.get(port)
+                if good is None:
+                    good = ports[port] = pattern.fullmatch(port) is not None
+                if (colon and (control or not good)) or not head:
+                    raise InputError(f"{where}: node '{nd.name}'{_in(function)} has a malformed input '{ref}'")
+                source = index.get(head)
                 if source is None:
-                    raise InputError(f"{where}: node '{name}'{_in(function)} reads '{ref}', which is not in the graph")
-                if not match.group(1) and match.group(2) in back:
+                    raise InputError(f"{where}: node '{nd.name}'{_in(function)} reads '{ref}', which is not in the graph")
+                if back and not control and head in back:
                     continue  # a v1 while loop's back edge
-            elif ref in back:
+            elif back and ref in back:
                 continue
-            sources.append(source)
-            targets.append(target)
+            add_source(source)
+            add_target(target)
         if nd.attr:
-            calls.extend((name, callee) for callee in _check_attrs(where, function, nd, library))
+            called = _check_attrs(where, function, nd, library)
+            if called:
+                calls.extend((nd.name, callee) for callee in called)
     return calls
+
+
+def _check_names(where, function, names, ops, args):
+    """The first node whose name or op is missing, repeated or malformed."""
+    seen = set(args)
+    for name, op in zip(names, ops):
+        if not name or not op:
+            raise InputError(f"{where}: a node without a name or op ({name or '?'}){_in(function)}: corrupt graph")
+        if name in seen:
+            raise InputError(f"{where}: node name '{name}' appears twice{_in(function)}")
+        if ":" in name or name[0] == "^":
+            raise InputError(f"{where}: node name '{name}'{_in(function)} contains ':' or starts with '^'")
+        seen.add(name)
+    raise InputError(f"{where}: argument names repeat{_in(function)}")
 
 
 def _check_attrs(where, function, nd, library):
@@ -201,28 +216,32 @@ def _check_shape(where, function, nd, attr_name, shape):
 
 
 def _check_acyclic(where, edges):
-    """A cycle of data or control edges (loop back edges excepted) means TensorFlow would never run it."""
-    if not edges.sources:
-        return
-    src = np.asarray(edges.sources, dtype=np.int64)
-    dst = np.asarray(edges.targets, dtype=np.int64)
-    loops = np.flatnonzero(src == dst)
-    if loops.size:
-        function, name = edges.names[int(dst[loops[0]])]
-        raise InputError(f"{where}: node '{name}'{_in(function)} reads its own output")
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
+    """A cycle of data or control edges (loop back edges excepted) means TensorFlow would never run it.
 
+    Kahn's order over all bodies at once (numbered together); scipy's strongly connected components
+    or the standard library's graphlib cost more than a second at 50k nodes (import or run time)."""
     count = len(edges.names)
-    matrix = coo_matrix((np.ones(src.size, dtype=np.int8), (src, dst)), shape=(count, count)).tocsr()
-    n_components, labels = connected_components(matrix, directed=True, connection="strong")
-    if n_components == count:
+    succs = [[] for _ in range(count)]
+    indegree = [0] * count
+    for source, target in zip(edges.sources, edges.targets):
+        succs[source].append(target)
+        indegree[target] += 1
+    order = kahn_order(succs, indegree)
+    if len(order) == count:
         return
-    sizes = np.bincount(labels)
-    members = np.flatnonzero(sizes[labels] > 1)
-    function, name = min(edges.names[int(i)] for i in members[:1000])
+    # Vertices left over are on a cycle or behind one: walk back through left-over predecessors to the cycle.
+    left = set(range(count)).difference(order)
+    preds = {}
+    for source, target in zip(edges.sources, edges.targets):
+        if source in left and target in left:
+            preds.setdefault(target, source)
+    vertex, seen = min(left), set()
+    while vertex not in seen:
+        seen.add(vertex)
+        vertex = preds[vertex]
+    function, name = edges.names[vertex]
     raise InputError(f"{where}: a cycle{_in(function)} through node '{name}' "
-                     f"({int(sizes[labels[members[0]]])} nodes; only a while loop's NextIteration -> Merge may close one)")
+                     f"(only a while loop's NextIteration -> Merge may close one)")
 
 
 def _check_call_depth(where, calls):

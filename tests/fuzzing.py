@@ -266,7 +266,7 @@ def mutate_object_graph(rng, graph, meta):
         function.bound_inputs[rng.randrange(len(function.bound_inputs))] = rng.choice([0, len(objects.nodes), 10**6])
     elif choice == 1 and function.bound_inputs:
         del function.bound_inputs[rng.randrange(len(function.bound_inputs))]
-    else:
+    elif objects.nodes:
         del objects.nodes[rng.randrange(len(objects.nodes)):]
 
 
