@@ -46,6 +46,10 @@ class Group(click.Group):
             fail(str(e), e.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
+        except OSError as e:
+            if e.filename is None or os.environ.get("MSOPT_DEBUG"):
+                raise
+            fail(f"{e.filename}: {e.strerror or e}", 2)  # a path the user named cannot be read or written
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
         except Exception as e:  # a bug of ours: still one line, traceback on request

@@ -70,6 +70,7 @@ COMPUTE_EFFICIENCY = 0.7  # fraction of peak FLOP/s a tuned cuDNN/cuBLAS kernel 
 MEMORY_EFFICIENCY = 0.8  # fraction of DRAM bandwidth a streaming kernel reaches (typical of STREAM-like copies)
 MIN_KERNEL_US = 2.0  # shortest kernel execution on the device, launch already paid on the host
 GEMM_OUTPUTS_PER_THREAD = 1.3  # outputs per thread of a Conv/MatMul kernel: fitted to Inception-v3's 6.51 ms (README)
+MAX_BATCH_SIZE = 2**31 - 1  # larger batches overflow the figures, and no GPU holds them
 ELEMENTWISE_OUTPUTS_PER_THREAD = 4  # outputs per thread of elementwise/reduction kernels (Eigen vectorizes by 4)
 
 DTYPE_BYTES = {"float": 4, "double": 8, "int32": 4, "uint8": 1, "int16": 2, "int8": 1, "string": 16, "complex64": 8,
@@ -136,12 +137,14 @@ def load_costs(path):
     """Read a measured costs file: {"unit": "us"|"ms"|"s"|"ns", "ops": {node key: time}} -> {key: microseconds}."""
     scale = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3}
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except OSError as e:
         raise InputError(f"{path}: cannot read costs file: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: costs file is not JSON: {e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: costs file is not JSON text: {e}") from None
+    except RecursionError:
+        raise InputError(f"{path}: costs file nests too deep") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("ops"), dict):
         raise InputError(f"{path}: a costs file is {{\"unit\": \"us\", \"ops\": {{\"<node key>\": <time>, ...}}}}")
     unit = doc.get("unit", "us")
@@ -149,10 +152,17 @@ def load_costs(path):
         raise InputError(f"{path}: unknown unit '{unit}'; use one of: {', '.join(scale)}")
     times = {}
     for key, value in doc["ops"].items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value < 0:
             raise InputError(f"{path}: op '{key}' has time {value!r}; times are non-negative numbers")
         times[key] = value * scale[unit]
     return times
+
+
+def _finite(value):
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond any float
+        return False
 
 
 class CostModel:
@@ -163,8 +173,8 @@ class CostModel:
             if target not in TARGETS:
                 raise InputError(f"unknown target '{target}'; choose one of: {', '.join(TARGETS)}")
             target = TARGETS[target]
-        if batch_size < 1:
-            raise InputError(f"--batch-size must be at least 1, got {batch_size}")
+        if not 1 <= batch_size <= MAX_BATCH_SIZE:
+            raise InputError(f"--batch-size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
         self.view = view
         self.target = target
         self.batch_size = batch_size
@@ -709,7 +719,8 @@ def _flops_bytes(op, proto, ins, in_elems, in_bytes, out_elems, out_bytes, batch
         k = a[-2] if op in ("MatMul", "_FusedMatMul") and _flag(proto.attr, "transpose_a") and len(a) > 1 else a[-1]
         return 2.0 * out_elems * max(k if k and k > 0 else 1, 1), in_bytes + out_bytes
     if op in ("MaxPool", "AvgPool"):
-        window = list(proto.attr["ksize"].list.i) if "ksize" in proto.attr else [1, 3, 3, 1]
+        window = list(proto.attr["ksize"].list.i) if "ksize" in proto.attr else []
+        window = window if len(window) == 4 else [1, 3, 3, 1]  # TensorFlow refuses other lengths
         return out_elems * float(math.prod(window)), in_bytes + out_bytes
     if op in GATHER_OPS:  # reads only the rows it gathers
         index_bytes = _bytes(*ins[1], batch_size) if len(ins) > 1 else 0
