@@ -26,10 +26,13 @@ def main():
             print(f"  {done:,} variants: {dict(sorted(codes.items(), key=str))}", file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory(prefix="msopt-fuzz-") as tmp:
-        codes, problems, seconds = fuzzing.run(args.count, args.seed, tmp, progress)
+        codes, problems, seconds, kinds = fuzzing.run(args.count, args.seed, tmp, progress)
     print(f"fuzz: {args.count:,} variants, seed {args.seed}, {seconds:.0f} s ({seconds / args.count * 1000:.0f} ms each)")
     for code, n in sorted(codes.items(), key=str):
         print(f"  exit {code}: {n:,}")
+    print("  most frequent refusals (exit 2):")
+    for kind, n in kinds.most_common(15):
+        print(f"    {n:6,}  {kind}")
     print(f"  property violations: {len(problems)}")
     for index, description, argv, problem in problems[:50]:
         print(f"    #{index} {description}: msopt {' '.join(argv[:1])} ...: {problem}")

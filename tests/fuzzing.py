@@ -7,6 +7,7 @@ in-process through a proto-only command; the property: exit 0 or 2, exactly one
 """
 import hashlib
 import random
+import re
 import signal
 import time
 from collections import Counter
@@ -313,8 +314,10 @@ def command_for(rng, model, where):
             options += ["--no-const-dup", "--batch-size", str(rng.choice([1, 64, 2**40]))]
         return ["partition", model, "--streams", streams, "-o", where / "out", *options]
     if command == "simulate":
-        return ["simulate", model, "--streams", streams, "--policy", rng.choice(POLICIES)]
-    return ["visualize", model, "-o", where / "out.dot", "--streams", streams, "--policy", rng.choice(POLICIES)]
+        return ["simulate", model, "--streams", streams, "--policy", rng.choice(POLICIES), "--target",
+                rng.choice(["h100", "t4", "v100"]), "--batch-size", str(rng.choice([1, 7, 2**31 - 1]))]
+    return ["visualize", model, "-o", where / "out.dot", "--streams", streams, "--policy", rng.choice(POLICIES),
+            "--depth", str(rng.choice([1, 2, 64]))] + (["--expand", rng.choice(["model", "tower_1", "a/b"])] if rng.randrange(4) == 0 else [])
 
 
 def digest(path):
@@ -365,14 +368,24 @@ def check(args, model, where):
         out = where / "out"
         if not (out / "saved_model.pb").is_file() and not out.is_file():
             return code, "partition succeeded without a complete output"
+    if code == 2:
+        check.last_error = errors[0]
     return code, None
 
 
+def error_kind(line):
+    """An error line without its file, node and values: what kind of refusal it is."""
+    text = re.sub(r"'[^']*'|\[[^\]]*\]|\d+|\S+: (?=)", "_", line.replace("msopt: error: ", "", 1))
+    text = re.sub(r"^\S*(sample_models|v\d+)\S*", "", text).strip()
+    return " ".join(text.split()[:7])
+
+
 def run(count, seed, workdir, progress=None):
-    """Run ``count`` variants; returns (Counter of exit codes, [(index, description, args, problem)], seconds)."""
+    """Run ``count`` variants; returns (Counter of exit codes, [(index, description, args, problem)], seconds,
+    Counter of refusal kinds)."""
     rng = random.Random(seed)
     seeds = [Seed(name) for name, _ in SEEDS]
-    codes, problems = Counter(), []
+    codes, problems, kinds = Counter(), [], Counter()
     started = time.perf_counter()
     for i in range(count):
         where = Path(workdir) / f"v{i}"
@@ -380,14 +393,17 @@ def run(count, seed, workdir, progress=None):
         sample, data, description = make_variant(rng, seeds)
         model = sample.write(data, where)
         args = command_for(rng, model, where)
+        check.last_error = None
         code, problem = check(args, model, where)
         codes[code] += 1
+        if check.last_error:
+            kinds[error_kind(check.last_error)] += 1
         if problem:
             problems.append((i, f"{sample.name}: {description}", [str(a) for a in args], problem))
         _remove(where)
         if progress:
             progress(i + 1, codes)
-    return codes, problems, time.perf_counter() - started
+    return codes, problems, time.perf_counter() - started, kinds
 
 
 def _remove(path):

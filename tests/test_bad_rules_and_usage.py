@@ -95,3 +95,23 @@ def test_usage_error_from_the_real_command_line(msopt):
     result = msopt("partition", TOWERS, "--streams", 0)
     assert result.returncode == 2 and result.stderr.splitlines() == [
         "msopt: error: Invalid value for '--streams' / '-n': 0 is not in the range 1<=x<=1024. (see 'msopt partition --help')"]
+
+
+# -- other files the user names ---------------------------------------------------------------------
+@pytest.mark.parametrize("name, data, words", [
+    ("deep.json", b"[" * 100_000, ["nests too deep"]),
+    ("utf16.json", '{"ops": {}}'.encode("utf-16"), ["not JSON text"]),
+    ("huge.json", b'{"ops": {"MatMul": 1' + b"0" * 400 + b"}}", ["op 'MatMul'", "non-negative numbers"]),
+])
+def test_bad_costs_file(tmp_path, name, data, words):
+    path = bad_inputs.rules_file(tmp_path, name, data)
+    one_error_line(*cli("simulate", SAMPLES / "linreg_frozen.pb", "--costs", path), name, *words)
+
+
+def test_batch_size_beyond_any_figure():
+    one_error_line(*cli("simulate", SAMPLES / "linreg_frozen.pb", "--batch-size", 10**400), "--batch-size")
+
+
+def test_unwritable_timeline_path(tmp_path):
+    one_error_line(*cli("simulate", SAMPLES / "linreg_frozen.pb", "--timeline", tmp_path / "no" / "t.json"),
+                   str(tmp_path / "no" / "t.json"), "No such file or directory")
