@@ -4,14 +4,14 @@ Checked over the main graph and every function body: node names (present, unique
 input references (well formed, naming a node or argument that exists), data and control
 cycles (a v1 while loop's NextIteration -> Merge back edge excepted), calls to functions the
 library lacks, dtype attributes holding DT_INVALID (0), shapes of negative or impossible size,
-``_stream_id`` attributes that are not a non-negative integer, and the nesting depth of calls.
+``_stream_id`` attributes that are not a non-negative integer, and the nesting depth of calls;
+and the TF2 object graph's references. ``inspect`` refuses such a model too, naming the defect.
 """
 import re
 
 from msopt.errors import InputError
-from msopt.graph import kahn_order
+from msopt.graph import STREAM_ATTR, kahn_order
 
-STREAM_ATTR = "_stream_id"
 BACK_EDGE_OPS = frozenset({"NextIteration", "RefNextIteration"})
 # Call ops and the attributes naming the functions they run (each must be in the library).
 CALL_ATTRS = {
