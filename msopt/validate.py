@@ -20,6 +20,7 @@ CALL_ATTRS = {
     "While": ("cond", "body"), "StatelessWhile": ("cond", "body"),
     "Case": ("branches",), "StatelessCase": ("branches",),
 }
+PLAIN_KINDS = frozenset({"s", "i", "f", "b"})  # attribute values with nothing to check (but _stream_id)
 MAX_CALL_DEPTH = 100  # nested calls; real models nest a handful deep, and the passes recurse once per level
 MAX_ELEMENTS = 2**63 - 1  # TensorFlow's limit on a tensor's element count (int64)
 MAX_PORT_DIGITS = 9
@@ -120,7 +121,15 @@ def _check_body(where, function, node_defs, args, library, edges):
                 continue
             add_source(source)
             add_target(target)
-        if nd.attr:
+        attr = nd.attr
+        plain = nd.op not in library and nd.op not in CALL_ATTRS
+        for key in attr:  # the common attributes inline: a full check per node would double the time
+            value = attr[key]
+            kind = value.WhichOneof("value")
+            if not ((kind == "type" and value.type) or kind in PLAIN_KINDS) or key == STREAM_ATTR:
+                plain = False
+                break
+        if not plain:
             called = _check_attrs(where, function, nd, library)
             if called:
                 calls.extend((nd.name, callee) for callee in called)
