@@ -102,7 +102,8 @@ class GraphView:
         for nd in node_defs:
             key = node_key(function, nd.name)
             node = Node(key, nd.name, nd.op, function, nd)
-            node.calls = _called_functions(nd, library)
+            if library:  # only library functions are called
+                node.calls = _called_functions(nd, library)
             self.nodes[key] = node
             added.append(node)
         for node in added:
