@@ -75,12 +75,13 @@ def measure(size, policy, streams):
     before = peak_rss_mb()
     options = PlanOptions(streams=streams, policy=policy, const_dup=False)
     started = time.perf_counter()
-    plan = make_plan(view, options, None, cost_model).partition
+    result = make_plan(view, options, None, cost_model)
+    plan = result.partition
     elapsed = time.perf_counter() - started
     return {"nodes": size, "edges": sum(len(n.inputs) for n in view.nodes.values()), "policy": policy,
             "streams": streams, "plan_s": round(elapsed, 3), "build_s": round(built, 3), "cost_model_s": cost_s,
             "peak_rss_mb": round(peak_rss_mb(), 1), "rss_before_plan_mb": round(before, 1),
-            "streams_used": len(set(plan.values()) | {0}), "notes": options.report.get("notes", [])}
+            "streams_used": len(set(plan.values()) | {0}), "notes": result.notes}
 
 
 def main():

@@ -32,6 +32,7 @@ def inspect(model: PathLike, tags: str | None = None) -> dict[str, Any]:
 
 def partition(model: PathLike, streams: int = 4, policy: str | None = None, output: PathLike | None = None, *,
               placement: str = "attr", device_type: str = "gpu", force: bool = False, verify: bool = False,
+              inputs: PathLike | None = None, tolerance: float | None = None,
               target: str | None = None, batch_size: int = 1, costs: PathLike | None = None,
               rules: PathLike | None = None, override: bool = False, const_dup: bool = True,
               boundary: Iterable[str] = (), tags: str | None = None, report: PathLike | None = None,
@@ -40,7 +41,9 @@ def partition(model: PathLike, streams: int = 4, policy: str | None = None, outp
 
     ``output`` defaults to ``<model>_ms<streams>`` beside the model. With ``verify`` the rewrite reaches
     ``output`` only once its outputs are bitwise identical to the original's; otherwise VerifyFailed
-    is raised (its ``document`` says "output": null) and nothing is written.
+    is raised (its ``document`` says "output": null) and nothing is written. ``inputs`` (an .npz, one
+    array per signature input) replaces the generated inputs of the verification; ``tolerance``
+    accepts outputs that differ by at most that much (the report says they are not bitwise equal).
     """
     from msopt import emit
     from msopt.load import open_model
@@ -55,8 +58,19 @@ def partition(model: PathLike, streams: int = 4, policy: str | None = None, outp
     _check_choice("device_type", device_type, ("gpu", "cpu"))
     if not 1 <= streams <= 1024:
         raise InputError(f"streams must be in [1, 1024], got {streams}")
+    if tolerance is not None and not verify:
+        raise InputError("--tolerance is read by --verify")
+    if tolerance is not None and tolerance < 0:
+        raise InputError(f"--tolerance must be at least 0, got {tolerance}")
+    inputs = _path(inputs)
     say(f"loading {model}")
     loaded, view = open_model(model, tags)
+    if inputs:
+        from msopt.inputs import read_signature_inputs
+
+        if not verify:
+            raise InputError("--inputs feeds --verify: add --verify")
+        read_signature_inputs(loaded, inputs)  # a bad file fails before anything is written
     out = _path(output) or str(emit.default_output(model, streams))
     emit.check_output(loaded, out, force)
     report = _path(report)
@@ -75,7 +89,8 @@ def partition(model: PathLike, streams: int = 4, policy: str | None = None, outp
 
         verified["elapsed_s"] = round(time.perf_counter() - started, 3)
         say("verifying in TensorFlow")
-        outcome = verified["verify"] = run_verify(loaded, load(built, tags), streams, device_type)
+        outcome = verified["verify"] = run_verify(loaded, load(built, tags), streams, device_type,
+                                                  inputs_npz=inputs and os.path.abspath(inputs), tolerance=tolerance)
         if outcome.get("error"):
             outcome["error"] = outcome["error"].replace(str(built), out)
         return outcome["ok"]
@@ -92,7 +107,10 @@ def partition(model: PathLike, streams: int = 4, policy: str | None = None, outp
         _write_json(report, document)
     if verify and not document["verify"]["ok"]:
         outcome = document["verify"]
-        cause = outcome.get("error") or f"rewritten model differs from the original (max abs diff {outcome['max_abs_diff']:g})"
+        why = next((f"; {d['node']}: {d['why']}" if d["node"] else f"; {d['why']}" for d in outcome.get("differences", [])), "")
+        limit = f", more than --tolerance {tolerance:g}" if tolerance is not None else ""
+        cause = outcome.get("error") or (f"rewritten model differs from the original (max abs diff "
+                                         f"{outcome['max_abs_diff']:g}{limit}){why}")
         raise VerifyFailed(f"{cause}; nothing written to {out}", document)
     return document
 

@@ -40,15 +40,27 @@ class Group(click.Group):
         command = load_command(name) if name in COMMANDS else super().get_command(ctx, name)
         return examples_last(command) if command else None
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:  # the group's own options: `msopt --bogus`
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as e:
+            usage_error(e)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:  # a command's arguments, lazily loaded commands included
+            usage_error(e)
         except InputError as e:
             fail(str(e), e.exit_code)
         except CheckFailed as e:
             fail(str(e), e.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
+        except OSError as e:
+            if e.filename is None or os.environ.get("MSOPT_DEBUG"):
+                raise
+            fail(f"{e.filename}: {e.strerror or e}", 2)  # a path the user named cannot be read or written
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
         except Exception as e:  # a bug of ours: still one line, traceback on request
@@ -66,8 +78,18 @@ def examples_last(command):
     return command
 
 
+def usage_error(error):
+    """A click usage error as one `msopt: error:` line (click prints a usage block, a hint and the error)."""
+    if isinstance(error, getattr(click.exceptions, "NoArgsIsHelpError", ())):
+        raise error  # `msopt` alone: click shows the help
+    hint = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
+    fail(error.format_message() + hint, error.exit_code)
+
+
 def fail(message, code):
-    click.echo(f"msopt: error: {message}", err=True)
+    """End with one line on stderr: the message's lines are joined."""
+    text = "; ".join(line.strip() for line in str(message).splitlines() if line.strip())
+    click.echo(f"msopt: error: {text}", err=True)
     sys.exit(code)
 
 

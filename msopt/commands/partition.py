@@ -5,6 +5,8 @@ from msopt.commands import options as opt
 from msopt.commands.echo import print_json, progress
 from msopt.errors import VerifyFailed
 
+MAX_WARNINGS = 10  # unmatched rules listed one by one; the rest are counted
+
 HELP = f"""Assign every op of MODEL to one of N streams and write the rewritten model.
 
 {opt.policies_block()}
@@ -40,6 +42,11 @@ Example:
 @click.option("--report", type=click.Path(dir_okay=False), default=None, help="Write the JSON report to this file.")
 @click.option("--verify", is_flag=True, help="Run original and rewritten model in TensorFlow; exit 1 unless outputs are "
               "identical. The rewrite reaches the output only once verified: on a failure nothing is written.")
+@click.option("--inputs", "inputs_npz", type=click.Path(dir_okay=False), default=None,
+              help="--verify on the arrays of this .npz (one per signature input) instead of generated inputs.")
+@click.option("--tolerance", type=click.FloatRange(min=0), default=None, metavar="X",
+              help="--verify: accept outputs that differ by at most X (absolute); the report says they are not "
+                   "bitwise equal. Default: bitwise equality.")
 @opt.TARGET
 @opt.BATCH_SIZE
 @opt.COSTS
@@ -49,13 +56,13 @@ Example:
 @opt.BOUNDARY
 @opt.TAGS
 @opt.JSON
-def partition(model, streams, policy, placement, device_type, output, force, report, verify, target, batch_size, costs,
-              rules, override, no_const_dup, boundary, tags, as_json):
+def partition(model, streams, policy, placement, device_type, output, force, report, verify, inputs_npz, tolerance, target,
+              batch_size, costs, rules, override, no_const_dup, boundary, tags, as_json):
     from msopt import api
 
     try:
         document = api.partition(model, streams, policy, output, placement=placement, device_type=device_type,
-                                 force=force, verify=verify, target=target, batch_size=batch_size, costs=costs,
+                                 force=force, verify=verify, inputs=inputs_npz, tolerance=tolerance, target=target, batch_size=batch_size, costs=costs,
                                  rules=rules, override=override, const_dup=not no_const_dup, boundary=boundary,
                                  tags=tags, report=report, progress=progress)
     except VerifyFailed as failed:
@@ -65,8 +72,11 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
 
 
 def show(document, rules, as_json):
-    for row in document.get("unmatched_rules", []):
+    unmatched = document.get("unmatched_rules", [])
+    for row in unmatched[:MAX_WARNINGS]:
         click.echo(f"msopt: warning: rule {row['rule']} ({rules}:{row['line']}) matched no node", err=True)
+    if len(unmatched) > MAX_WARNINGS:
+        click.echo(f"msopt: warning: ... and {len(unmatched) - MAX_WARNINGS} more rules that matched no node", err=True)
     if as_json:
         print_json(document)
     else:
@@ -86,14 +96,21 @@ def format_text(doc):
                      f"e.g. {merges[0]['moved'][0]} to stream {merges[0]['stream']}")
     if doc["const_copies"]:
         lines.append(f"  const copies: {sum(map(len, doc['const_copies'].values()))} of {len(doc['const_copies'])} Const node(s)")
-    for row in doc.get("unmatched_rules", []):
+    unmatched = doc.get("unmatched_rules", [])
+    for row in unmatched[:MAX_WARNINGS]:
         lines.append(f"  rule {row['rule']} (line {row['line']}) matched no node")
+    if len(unmatched) > MAX_WARNINGS:
+        lines.append(f"  ... and {len(unmatched) - MAX_WARNINGS} more rules that matched no node")
     sim = doc["simulated"]
     lines.append(f"  simulated on {sim['target']}: {sim['makespan_ms']:.4g} ms vs {sim['single_stream_ms']:.4g} ms on one stream "
                  f"(speedup {sim['speedup']:.3g}x, ratio to bound {sim['ratio_to_bound']:.3g})")
     lines.extend(f"  {note}" for note in doc.get("notes", []))
     if "verify" in doc:
         v = doc["verify"]
-        state = "identical" if v["ok"] else "DIFFERENT"
+        state = "identical" if v.get("identical", v["ok"]) else "DIFFERENT"
+        if v["ok"] and state == "DIFFERENT":
+            state = f"NOT bitwise equal, accepted by --tolerance {v['tolerance']:g}"
         lines.append(f"  verify: outputs {state} on {len(v['signatures'])} signature(s), max abs diff {v['max_abs_diff']:g}")
+        for row in v.get("differences", [])[:3]:
+            lines.append(f"    {row['node'] + ': ' if row['node'] else ''}{row['why']}")
     return "\n".join(lines)
