@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from msopt.errors import InputError
-from msopt.rules import (AUTO, POLICIES, CollectiveOptions, ManualOptions, RuleOptions, RuleResult, StageOptions,
+from msopt.rules import (AUTO, POLICIES, CollectiveOptions, ManualOptions, RuleOptions, StageOptions,
                          check_policy, run_rule)
 
 __all__ = ["CollectiveOptions", "CostOptions", "ManualOptions", "PlanOptions", "PlanResult", "StageOptions",
