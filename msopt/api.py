@@ -19,6 +19,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 Progress = Optional[Callable[[str], None]]
 
 __all__ = ["inspect", "partition", "simulate"]
+MAX_WARNINGS = 10  # unmatched rules warned about one by one; the rest are counted
 
 
 def inspect(model: PathLike, tags: str | None = None) -> dict[str, Any]:
@@ -36,7 +37,7 @@ def partition(model: PathLike, streams: int = 4, policy: str | None = None, outp
               target: str | None = None, batch_size: int = 1, costs: PathLike | None = None,
               rules: PathLike | None = None, override: bool = False, const_dup: bool = True,
               boundary: Iterable[str] = (), tags: str | None = None, report: PathLike | None = None,
-              progress: Progress = None) -> dict[str, Any]:
+              progress: Progress = None, warn: Progress = None) -> dict[str, Any]:
     """Assign every op of ``model`` to one of ``streams`` streams and write the rewritten model: `msopt partition --json`.
 
     ``output`` defaults to ``<model>_ms<streams>`` beside the model. With ``verify`` the rewrite reaches
@@ -44,6 +45,7 @@ def partition(model: PathLike, streams: int = 4, policy: str | None = None, outp
     is raised (its ``document`` says "output": null) and nothing is written. ``inputs`` (an .npz, one
     array per signature input) replaces the generated inputs of the verification; ``tolerance``
     accepts outputs that differ by at most that much (the report says they are not bitwise equal).
+    ``warn`` receives a warning per rule of ``rules`` that matched no node, as soon as the plan is made.
     """
     from msopt import emit
     from msopt.load import open_model
@@ -81,6 +83,8 @@ def partition(model: PathLike, streams: int = 4, policy: str | None = None, outp
                           manual=ManualOptions(rules, override), stage=StageOptions(tuple(boundary)), const_dup=const_dup)
     cost_model = build_cost_model(view, loaded, options.cost)
     result = make_plan(view, options, loaded, cost_model)
+    for line in unmatched_warnings(result.report.get("unmatched_rules", []), rules):
+        (warn or _quiet)(line)
     verified: dict[str, Any] = {}
 
     def check(built):  # with verify: the rewrite reaches the output only once verified
@@ -146,6 +150,14 @@ def simulate(model: PathLike, streams: int = 4, policy: str | None = None, *, ta
         _write_json(_path(timeline), chrome_trace(result))
         document["timeline"] = _path(timeline)
     return document
+
+
+def unmatched_warnings(unmatched: list[dict], rules: str | None) -> list[str]:
+    """One warning per rule that matched no node, at most MAX_WARNINGS, then how many more."""
+    lines = [f"rule {row['rule']} ({rules}:{row['line']}) matched no node" for row in unmatched[:MAX_WARNINGS]]
+    if len(unmatched) > MAX_WARNINGS:
+        lines.append(f"... and {len(unmatched) - MAX_WARNINGS} more rules that matched no node")
+    return lines
 
 
 def _quiet(message: str) -> None:

@@ -89,3 +89,12 @@ def test_the_example_of_docs_api_runs_as_written():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert "refused: unknown policy 'no-such-policy'" in result.stdout
+
+
+def test_partition_with_rules_reports_unmatched_rules_through_warn(tmp_path):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules:\n  - scope: weight_y\n    stream: 1\n  - op: NoSuchOp\n    stream: 1\n")
+    warnings = []
+    doc = ms.partition(SAMPLES / "linreg_tf1", streams=2, rules=rules, output=tmp_path / "out", warn=warnings.append)
+    assert doc["policy"] == "manual" and [r["rule"] for r in doc["unmatched_rules"]] == [2]
+    assert warnings == [f"rule 2 ({rules}:4) matched no node"]

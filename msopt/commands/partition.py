@@ -3,9 +3,8 @@ import click
 
 from msopt.commands import options as opt
 from msopt.commands.echo import print_json, progress
+from msopt.api import MAX_WARNINGS
 from msopt.errors import VerifyFailed
-
-MAX_WARNINGS = 10  # unmatched rules listed one by one; the rest are counted
 
 HELP = f"""Assign every op of MODEL to one of N streams and write the rewritten model.
 
@@ -62,21 +61,17 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
 
     try:
         document = api.partition(model, streams, policy, output, placement=placement, device_type=device_type,
-                                 force=force, verify=verify, inputs=inputs_npz, tolerance=tolerance, target=target, batch_size=batch_size, costs=costs,
-                                 rules=rules, override=override, const_dup=not no_const_dup, boundary=boundary,
-                                 tags=tags, report=report, progress=progress)
+                                 force=force, verify=verify, inputs=inputs_npz, tolerance=tolerance, target=target,
+                                 batch_size=batch_size, costs=costs, rules=rules, override=override, const_dup=not no_const_dup, boundary=boundary,
+                                 tags=tags, report=report, progress=progress,
+                                 warn=lambda line: click.echo(f"msopt: warning: {line}", err=True))
     except VerifyFailed as failed:
-        show(failed.document, rules, as_json)
+        show(failed.document, as_json)
         raise
-    show(document, rules, as_json)
+    show(document, as_json)
 
 
-def show(document, rules, as_json):
-    unmatched = document.get("unmatched_rules", [])
-    for row in unmatched[:MAX_WARNINGS]:
-        click.echo(f"msopt: warning: rule {row['rule']} ({rules}:{row['line']}) matched no node", err=True)
-    if len(unmatched) > MAX_WARNINGS:
-        click.echo(f"msopt: warning: ... and {len(unmatched) - MAX_WARNINGS} more rules that matched no node", err=True)
+def show(document, as_json):
     if as_json:
         print_json(document)
     else:
