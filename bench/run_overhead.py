@@ -28,10 +28,11 @@ def side_by_side(path, blocks, steps, batch_size):
 
     import numpy as np
 
-    from msopt.execute import random_inputs
+    from msopt.runner.executable import random_inputs
     from msopt.graph import GraphView
     from msopt.load import load
-    from msopt.runner import Runner, measure
+    from msopt.runner.placed_model import Runner
+    from msopt.runner.timing import measure
 
     model = load(path)
     runner = Runner(model, GraphView(model.graph_def), 1, "cpu")

@@ -8,7 +8,7 @@ import numpy as np
 
 from msopt.cli import JSON, MODEL, TAGS, open_model, print_json, progress, write_json
 from msopt.errors import CheckFailed, InputError
-from msopt.execute import first_line
+from msopt.runner.executable import first_line
 
 
 @click.command("run")
@@ -88,11 +88,12 @@ def run(model, signature, streams, device, batch_size, inputs_npz, records, seed
       msopt run /tmp/towers_ms2 --device cpu --iterations 50 \\
           --compare-to sample_models/towers_tf1 --trace /tmp/towers.trace.json --json
     """
-    from msopt.runner import parse_priorities, request_allow_growth, set_visible_gpus, streams_in
+    from msopt.runner.devices import parse_priorities, request_allow_growth, set_visible_gpus
+    from msopt.runner.placed_model import streams_in
 
     started = time.perf_counter()
     if worker_barrier:
-        from msopt.replicas import serve_as_worker
+        from msopt.runner.replicas import serve_as_worker
 
         serve_as_worker(worker_barrier)
     set_visible_gpus(gpus)
@@ -127,8 +128,8 @@ def run(model, signature, streams, device, batch_size, inputs_npz, records, seed
 def _run_replicas(model, loaded, signature, inputs_npz, mps, mps_threads, replicas):
     """The parent of ``replicas`` workers: checks what it can without TensorFlow, then runs them (under MPS)."""
     from msopt.inspect import signatures
-    from msopt.replicas import run_replicas
-    from msopt.runner import choose_signature, read_npz
+    from msopt.runner.replicas import run_replicas
+    from msopt.runner.feeds import choose_signature, read_npz
 
     specs = signatures(loaded)
     if specs:
@@ -139,7 +140,7 @@ def _run_replicas(model, loaded, signature, inputs_npz, mps, mps_threads, replic
     if not mps:
         progress(f"starting {replicas} replicas")
         return {**run_replicas(worker_args, replicas), "mps": None}
-    from msopt.mps import MpsDaemon, check_client_limit, visible_by_uuid
+    from msopt.runner.mps import MpsDaemon, check_client_limit, visible_by_uuid
 
     daemon = MpsDaemon()  # checks first that the NVIDIA tools are there
     check_client_limit(replicas)
@@ -180,10 +181,12 @@ def _worker_args(argv):
 
 def _run_here(loaded, view, o):
     """One process: place, load, check inputs, compare, measure, trace, stage (``o``: the command's options)."""
-    from msopt.execute import import_tensorflow
+    from msopt.runner.executable import import_tensorflow
     from msopt.inspect import signatures
-    from msopt.runner import (Runner, batch_of, bitwise_gpu_numerics, choose_signature, latency_summary,
-                              make_records, measure)
+    from msopt.runner.devices import bitwise_gpu_numerics
+    from msopt.runner.feeds import batch_of, choose_signature, make_records
+    from msopt.runner.placed_model import Runner
+    from msopt.runner.timing import latency_summary, measure
 
     specs = signatures(loaded)  # checked before TensorFlow loads, when the model declares signatures
     if specs:
@@ -251,7 +254,7 @@ def _checked_step(executable, name, feeds):
 
 
 def _measure(steps, iterations, warmup, barrier, measure):
-    from msopt.replicas import wait_for_start
+    from msopt.runner.replicas import wait_for_start
 
     bar = None
     if sys.stderr.isatty() and not barrier:
@@ -271,7 +274,7 @@ def _measure(steps, iterations, warmup, barrier, measure):
 
 def _compare(runner, path, tags, name, feeds, got):
     from msopt.load import load
-    from msopt.verify import compare_outputs
+    from msopt.runner.verify import compare_outputs
 
     progress(f"running {path} for comparison")
     other = runner.load_other(load(path, tags))
@@ -296,7 +299,7 @@ def _save(path, outputs):
 
 
 def _trace(runner, name, feeds, o):
-    from msopt.trace import chrome_trace, costs_document, executed_devices, executed_names, has_kernel_rows
+    from msopt.runner.trace import chrome_trace, costs_document, executed_devices, executed_names, has_kernel_rows
 
     progress(f"tracing {o['trace_steps']} steps")
     metadata = runner.traced_steps(name, feeds, o["trace_steps"])
@@ -326,8 +329,8 @@ def _trace(runner, name, feeds, o):
 
 
 def _run_stage(runner, view, name, feeds, model_outputs, o):
-    from msopt.stage_pipeline import SessionSplit, StagePipeline, boundary_tensors, cuttable
-    from msopt.verify import compare_outputs
+    from msopt.runner.stage_pipeline import SessionSplit, StagePipeline, boundary_tensors, cuttable
+    from msopt.runner.verify import compare_outputs
 
     executable, names = cuttable(runner, name)
     if o["stage_boundary"]:

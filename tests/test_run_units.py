@@ -13,9 +13,11 @@ from msopt.errors import InputError
 from msopt.graph import GraphView
 from msopt.load import load
 from msopt.run_command import _worker_args
-from msopt.runner import check_input, parse_priorities, set_visible_gpus, streams_in
-from msopt.stage_pipeline import StageFailed, StagePipeline
-from msopt.trace import executed_names
+from msopt.runner.devices import parse_priorities, set_visible_gpus
+from msopt.runner.feeds import check_input
+from msopt.runner.placed_model import streams_in
+from msopt.runner.stage_pipeline import StageFailed, StagePipeline
+from msopt.runner.trace import executed_names
 
 BIN = Path(__file__).resolve().parent / "bin"
 
@@ -93,8 +95,8 @@ def test_priorities_and_visible_gpus(monkeypatch):
 
 
 def test_gpu_memory_from_nvidia_smi(monkeypatch):
-    from msopt.gpu_inventory import memory_mb
-    from msopt.mps import list_gpus
+    from msopt.runner.gpu_inventory import memory_mb
+    from msopt.runner.mps import list_gpus
 
     monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

@@ -2,7 +2,7 @@
 
 Each worker is ``msopt run`` itself with a hidden start barrier: it loads and warms up, announces it
 is ready, and starts measuring only when every worker is ready, so the measured windows overlap.
-Works on the CPU as well as on a shared GPU (with CUDA MPS, see msopt.mps).
+Works on the CPU as well as on a shared GPU (with CUDA MPS, see msopt.runner.mps).
 
 Nothing outlives the run. Each worker leads a process group of its own (a terminal's Ctrl-C reaches the
 parent only), and whatever ends the parent (an error, Ctrl-C, SIGTERM, SIGHUP) stops the groups and

@@ -204,12 +204,12 @@ def cuttable(runner, signature):
     inlined, variables turned into constants, devices kept) and loaded in a Session configured
     like the runner's: its ops are named by their call path from the signature's function.
     """
-    from msopt.trace import executed_names
+    from msopt.runner.trace import executed_names
 
     if not (runner.model.format == "saved_model" and runner.model.is_tf2):
         return runner.session_executable, executed_names(runner.view)
     from msopt import protos
-    from msopt.execute import Executable
+    from msopt.runner.executable import Executable
     from msopt.load import Model
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2_as_graph
 

@@ -1,0 +1,40 @@
+"""The timing loop: steps run warm-up then measured, and the latency and throughput figures over them."""
+import time
+
+import numpy as np
+
+
+def measure(steps, iterations, warmup, tick=None):
+    """Run ``steps`` (callables, cycled) ``warmup`` then ``iterations`` times; returns per-step seconds and wall time."""
+    count = len(steps)
+    for i in range(warmup):
+        steps[i % count]()
+    latencies = [0.0] * iterations
+    clock = time.perf_counter
+    started = clock()
+    for i in range(iterations):
+        t = clock()
+        steps[i % count]()
+        latencies[i] = clock() - t
+        if tick is not None:
+            tick(i)
+    return latencies, clock() - started, started
+
+
+def latency_summary(latencies, wall, batch_size):
+    ms = np.asarray(latencies) * 1e3
+    steps = len(latencies)
+    return {
+        "steps": steps,
+        "batch_size": batch_size,
+        "latency_ms": {
+            "mean": _r(ms.mean()), "p50": _r(np.percentile(ms, 50)), "p95": _r(np.percentile(ms, 95)),
+            "p99": _r(np.percentile(ms, 99)), "min": _r(ms.min()), "max": _r(ms.max()),
+        },
+        "throughput": {"steps_per_s": _r(steps / wall), "records_per_s": _r(steps * batch_size / wall)},
+        "wall_s": _r(wall),
+    }
+
+
+def _r(x):
+    return round(float(x), 4)
