@@ -92,7 +92,7 @@ class Bench:
         from msopt.graph import GraphView
         from msopt.load import load
         from msopt.runner.placed_model import Runner
-        from msopt.runner.stage_pipeline import SessionSplit
+        from msopt.runner.stage import SessionSplit
 
         model = load(path)
         self.runner = Runner(model, GraphView(model.graph_def), 1, "cpu", intra_op_threads=intra, inter_op_threads=inter)

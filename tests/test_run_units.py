@@ -12,7 +12,7 @@ from conftest import SAMPLES
 from msopt.errors import InputError
 from msopt.graph import GraphView
 from msopt.load import load
-from msopt.run_command import _worker_args
+from msopt.runner.config import RunConfig
 from msopt.runner.devices import parse_priorities, set_visible_gpus
 from msopt.runner.feeds import check_input
 from msopt.runner.placed_model import streams_in
@@ -105,10 +105,18 @@ def test_gpu_memory_from_nvidia_smi(monkeypatch):
         memory_mb(2)
 
 
-def test_worker_arguments_drop_what_only_the_parent_does():
-    argv = ["msopt", "run", "m", "--mps", "--replicas", "3", "--mps-threads=20", "-k", "5", "--json", "--device", "cpu",
-            "--gpus", "1,2"]  # --gpus: the workers inherit CUDA_VISIBLE_DEVICES (by UUID under MPS)
-    assert _worker_args(argv) == ["m", "-k", "5", "--device", "cpu"]
+def test_worker_configuration_drops_what_only_the_parent_does():
+    parent = RunConfig(model="m", mps=True, replicas=3, mps_threads=20, iterations=5, device="cpu",
+                       gpus="1,2")  # --gpus: the workers inherit CUDA_VISIBLE_DEVICES (by UUID under MPS)
+    worker = RunConfig.from_json(parent.for_worker().to_json(), worker_barrier="b", worker_replicas=3)
+    assert worker == RunConfig(model="m", iterations=5, device="cpu", worker_barrier="b", worker_replicas=3)
+
+
+def test_worker_configuration_is_data_only():
+    with pytest.raises(InputError, match="fields of RunConfig"):
+        RunConfig.from_json('{"model": "m", "__class__": "os.system"}')
+    with pytest.raises(InputError, match="not JSON"):
+        RunConfig.from_json("model: m")
 
 
 def test_executed_names_follow_function_calls():

@@ -79,6 +79,9 @@ def configure_devices(tf, streams, device="auto", memory_fraction=None, allow_gr
                       replicas=1):
     """Make ``streams`` logical devices and return (device type, Session ConfigProto) built from them.
 
+    The one device configuration of msopt run and of --verify: virtual GPUs on a GPU, logical CPU
+    devices on the CPU. TF2 functions run on the devices of TensorFlow's context, which takes them
+    once per process, when it starts; a v1 Session makes its own from the ConfigProto's counts.
     ``replicas``: processes sharing each GPU (``--replicas``); the default memory share is divided by it.
     With several GPUs the streams are spread by msopt.runner.gpu_layout's rule; ``gpu_layout(tf, streams)``
     gives the same layout afterwards.
@@ -94,22 +97,36 @@ def configure_devices(tf, streams, device="auto", memory_fraction=None, allow_gr
         if allow_growth:
             request_allow_growth()
         _configure_gpus(tf, gpus, streams, memory_fraction, priorities, replicas)
+        with tensorflow_errors("create its devices"):
+            context.context().ensure_initialized()
     else:
         if memory_fraction is not None or priorities is not None:
             raise InputError("--gpu-memory-fraction and --stream-priority apply to GPUs only (--device cpu)")
         hide_gpus(tf)  # unassigned ops and --compare-to models must not land on a GPU the partition avoids
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(streams)])
-    with tensorflow_errors("create its devices"):
-        context.context().ensure_initialized()
+        _configure_cpus(tf, streams)
     config = tf.compat.v1.ConfigProto()
     config.CopyFrom(context.context().config)
     config.allow_soft_placement = device == "gpu"  # ops without a GPU kernel (strings, hashing) stay on the CPU
     if device == "cpu":
         config.device_count["GPU"] = 0
+        config.device_count["CPU"] = streams
     elif allow_growth:
         config.gpu_options.allow_growth = True
     return device, config
+
+
+def logical_devices(tf, device_type):
+    """The logical devices of ``device_type`` TensorFlow's context has (starting it)."""
+    return len(tf.config.list_logical_devices(device_type.upper()))
+
+
+def _configure_cpus(tf, streams):
+    """``streams`` logical CPU devices in TensorFlow's context, unless it started already (then it keeps its own)."""
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(streams)])
+    except RuntimeError:  # started: Sessions still get ``streams`` devices from the ConfigProto
+        pass
 
 
 def bitwise_gpu_numerics(tf):

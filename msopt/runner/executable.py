@@ -19,7 +19,6 @@ NUMPY_DTYPES = {
     "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
     "bool": np.bool_, "string": object,
 }
-_configured = {}  # device type -> logical devices configured in this process (TF2 runtime)
 
 
 @contextlib.contextmanager
@@ -76,29 +75,6 @@ def random_inputs(inputs, batch_size=3, seed=0):
     return values
 
 
-def configure_logical_devices(tf, count, device_type="cpu"):
-    """Split the first physical device into ``count`` logical ones (once per process)."""
-    kind = device_type.upper()
-    have = _configured.get(kind)
-    if have is not None:
-        if have < count:
-            raise InputError(f"this process already configured {have} logical {kind} devices; {count} were asked")
-        return
-    physical = tf.config.list_physical_devices(kind)
-    if not physical:
-        raise InputError(f"no {kind} device is available to TensorFlow (use --device-type cpu)")
-    config = [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
-    if kind == "GPU":
-        raise InputError("GPU virtual devices are configured by msopt run, not by --verify")
-    try:  # CPU streams: hide the GPUs before the context starts, or unassigned ops would run on GPU:0
-        tf.config.set_visible_devices([], "GPU")
-    except RuntimeError:
-        if tf.config.get_visible_devices("GPU"):
-            raise InputError("TensorFlow already initialized its GPUs in this process") from None
-    tf.config.set_logical_device_configuration(physical[0], config)
-    _configured[kind] = count
-
-
 class Executable:
     """A loaded model whose signatures can be run on numpy feeds."""
 
@@ -109,16 +85,23 @@ class Executable:
         self.tf = tf = import_tensorflow()
         self.model = model
         self.specs = signature_specs(model)
+        if session_config is None:  # --verify: this process's devices, configured as msopt run configures them
+            from msopt.runner.devices import configure_devices, logical_devices
+
+            device_type, session_config = configure_devices(tf, devices, device_type)
+            session_config.allow_soft_placement = soft_placement
+            if model.format == "saved_model" and model.is_tf2:
+                have = logical_devices(tf, device_type)
+                if have < devices:
+                    raise InputError(f"this process already configured {have} logical {device_type.upper()} devices; "
+                                     f"{devices} were asked")
+                eager = True
         self._session_config = session_config
-        if model.format == "saved_model" and model.is_tf2 and (session_config is None or eager):
-            if session_config is None:
-                configure_logical_devices(tf, devices, device_type)
-            else:
-                soft_placement = session_config.allow_soft_placement
-            tf.config.set_soft_device_placement(soft_placement)
+        if model.format == "saved_model" and model.is_tf2 and eager:
+            tf.config.set_soft_device_placement(session_config.allow_soft_placement)
             self._load_tf2()
         else:
-            self._load_tf1(devices, device_type, soft_placement, variable_values)
+            self._load_tf1(variable_values)
 
     # -- TF2: functions called eagerly ------------------------------------------------------
     def _load_tf2(self):
@@ -139,13 +122,11 @@ class Executable:
         self._functions = dict(self._loaded.signatures)
 
     # -- TF1: a Session over the graph -------------------------------------------------------
-    def _load_tf1(self, devices, device_type, soft_placement, variable_values):
+    def _load_tf1(self, variable_values):
         tf = self.tf
         v1 = tf.compat.v1
-        counts = {device_type.upper(): devices, **({"GPU": 0} if device_type.upper() == "CPU" else {})}
-        config = self._session_config or v1.ConfigProto(device_count=counts, allow_soft_placement=soft_placement)
         self.graph = tf.Graph()
-        self.session = v1.Session(graph=self.graph, config=config)
+        self.session = v1.Session(graph=self.graph, config=self._session_config)
         try:
             with self.graph.as_default():
                 if self.model.format == "saved_model":

@@ -1,6 +1,8 @@
 """The timing loop: steps run warm-up then measured, and the latency and throughput figures over them."""
+import sys
 import time
 
+import click
 import numpy as np
 
 
@@ -19,6 +21,27 @@ def measure(steps, iterations, warmup, tick=None):
         if tick is not None:
             tick(i)
     return latencies, clock() - started, started
+
+
+def timed_steps(steps, iterations, warmup, barrier=None):
+    """``measure`` with a progress bar when a person watches; a replica worker (``barrier``) warms up, then waits
+    at the start barrier so that every replica measures at once."""
+    from msopt.runner.replicas import wait_for_start
+
+    bar = None
+    if sys.stderr.isatty() and not barrier:
+        bar = click.progressbar(length=iterations, label="msopt: measuring", file=sys.stderr)
+        bar.__enter__()
+    try:
+        measure(steps, 0, warmup)
+        if barrier:
+            wait_for_start(barrier)
+        every = max(1, iterations // 100)
+        tick = (lambda i: bar.update(every) if (i + 1) % every == 0 else None) if bar else None
+        return measure(steps, iterations, 0, tick)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
 
 
 def latency_summary(latencies, wall, batch_size):
