@@ -1,4 +1,4 @@
-"""Run a model's signatures in TensorFlow on N logical devices: shared by --verify and the runner.
+"""The executable: a model's signatures run in TensorFlow on numpy feeds, in a TF1 Session or as TF2 functions.
 
 TensorFlow is imported here, inside functions, and nowhere on the proto-only paths.
 """

@@ -1,5 +1,8 @@
-"""--stage: a model cut at boundary tensors into an upstream and a downstream Session call, measured through the
-stage pipeline (msopt.runner.stage_pipeline) and checked record by record against the unpipelined run."""
+"""--stage: a model cut at boundary tensors into two Session calls, measured through the stage pipeline.
+
+The upstream call (inputs -> boundary) runs ahead in msopt.runner.stage_pipeline's threads; every
+delivered record is checked against the unpipelined run of the same graph.
+"""
 from msopt import protos
 from msopt.errors import CheckFailed, InputError
 from msopt.load import Model
