@@ -149,6 +149,8 @@ def default_policy():
 @click.option("--report", type=click.Path(dir_okay=False), default=None, help="Write the JSON report to this file.")
 @click.option("--verify", is_flag=True, help="Run original and rewritten model in TensorFlow; exit 1 unless outputs are "
               "identical. The rewrite reaches the output only once verified: on a failure nothing is written.")
+@click.option("--inputs", "inputs_npz", type=click.Path(dir_okay=False), default=None,
+              help="--verify on the arrays of this .npz (one per signature input) instead of generated inputs.")
 @click.option("--target", default=None, metavar="GPU", help="GPU profile of the simulated figures: h100, a100, v100, t4 (default h100).")
 @click.option("--batch-size", type=int, default=1, show_default=True, help="Unknown batch dimension, for the cost model.")
 @click.option("--costs", type=click.Path(dir_okay=False), default=None, help="Measured per-op times (see `msopt simulate --help`).")
@@ -159,8 +161,8 @@ def default_policy():
               help="--policy stage: the stage is everything upstream of these tensors (repeatable; default: found).")
 @TAGS
 @JSON
-def partition(model, streams, policy, placement, device_type, output, force, report, verify, target, batch_size, costs,
-              rules, override, no_const_dup, boundary, tags, as_json):
+def partition(model, streams, policy, placement, device_type, output, force, report, verify, inputs_npz, target, batch_size,
+              costs, rules, override, no_const_dup, boundary, tags, as_json):
     """Assign every op of MODEL to one of N streams and write the rewritten model.
 
     \b
@@ -200,6 +202,12 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
         raise InputError(f"--rules is read by --policy manual, not by --policy {policy}")
     progress(f"loading {model}")
     loaded, view = open_model(model, tags)
+    if inputs_npz:
+        from msopt.inputs import read_signature_inputs
+
+        if not verify:
+            raise InputError("--inputs feeds --verify: add --verify")
+        read_signature_inputs(loaded, inputs_npz)  # a bad file fails before anything is written
     out = output or str(emit.default_output(model, streams))
     emit.check_output(loaded, out, force)
     if report and not os.path.isdir(os.path.dirname(os.path.abspath(report))):
@@ -225,7 +233,8 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
 
         verified["elapsed_s"] = round(time.perf_counter() - started, 3)
         progress("verifying in TensorFlow")
-        result = verified["verify"] = run_verify(loaded, load(built, tags), streams, device_type)
+        result = verified["verify"] = run_verify(loaded, load(built, tags), streams, device_type,
+                                                 inputs_npz=inputs_npz and os.path.abspath(inputs_npz))
         if result.get("error"):
             result["error"] = result["error"].replace(str(built), out)
         return result["ok"]

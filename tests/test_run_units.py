@@ -11,10 +11,10 @@ import pytest
 from conftest import SAMPLES
 from msopt.errors import InputError
 from msopt.graph import GraphView
+from msopt.inputs import check_input
 from msopt.load import load
 from msopt.runner.config import RunConfig
 from msopt.runner.devices import parse_priorities, set_visible_gpus
-from msopt.runner.feeds import check_input
 from msopt.runner.placed_model import streams_in
 from msopt.runner.stage_pipeline import StageFailed, StagePipeline
 from msopt.runner.trace import executed_names

@@ -71,7 +71,8 @@ def run(model, signature, streams, device, batch_size, inputs_npz, records, seed
 
     Streams become devices before TensorFlow optimizes the graph: virtual GPUs (each its
     own compute stream) on a GPU, logical CPU devices on the CPU. Inputs are generated from
-    the signature (dtype- and shape-correct) or read with --inputs.
+    the signature and what the graph says each input feeds (ids below their table's rows), or
+    read with --inputs.
 
     The report (stdout with --json) holds latency_ms (mean, p50, p95, p99), throughput
     (steps and records per second), the device configuration and, with the options that

@@ -3,7 +3,7 @@ import contextlib
 import os
 
 from msopt.errors import InputError
-from msopt.runner.executable import first_line
+from msopt.runner.executable import error_line
 
 DEFAULT_GPU_MEMORY_FRACTION = 0.9  # of each GPU, split among its virtual devices and the replicas sharing it
 # CUDA's stream priorities: cudaDeviceGetStreamPriorityRange reports least 0 and greatest -5 on current
@@ -62,7 +62,7 @@ def tensorflow_errors(what):
         yield
     except Exception as e:
         if type(e).__module__.startswith("tensorflow"):
-            raise InputError(f"TensorFlow cannot {what}: {first_line(e)}") from None
+            raise InputError(f"TensorFlow cannot {what}: {error_line(e)}") from None
         raise
 
 

@@ -110,8 +110,9 @@ def run_replicated(config, loaded, progress):
     """``config.replicas`` workers running ``config`` at once (under MPS with ``config.mps``), one report over them.
 
     Checks first what it can without TensorFlow: the signature and the --inputs file."""
+    from msopt.inputs import read_npz
     from msopt.inspect import signatures
-    from msopt.runner.feeds import choose_signature, read_npz
+    from msopt.runner.feeds import choose_signature
 
     specs = signatures(loaded)
     if specs:

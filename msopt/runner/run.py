@@ -6,7 +6,7 @@ import numpy as np
 
 from msopt.errors import InputError
 from msopt.runner.devices import parse_priorities, request_allow_growth, set_visible_gpus
-from msopt.runner.executable import first_line
+from msopt.runner.executable import error_line
 from msopt.runner.placed_model import streams_in
 
 
@@ -61,7 +61,7 @@ def run_here(config, loaded, view, streams, priorities, progress):
     specs = signatures(loaded)  # checked before TensorFlow loads, when the model declares signatures
     if specs:
         chosen = choose_signature(specs, config.signature)
-        make_records(specs[chosen]["inputs"], config.batch_size, 1, config.seed, config.inputs_npz)
+        make_records(specs[chosen]["inputs"], config.batch_size, 1, config.seed, config.inputs_npz, view)
     progress("loading TensorFlow")
     import_tensorflow()
     runner = Runner(loaded, view, streams, config.device, config.gpu_memory_fraction, config.allow_growth,
@@ -69,7 +69,8 @@ def run_here(config, loaded, view, streams, priorities, progress):
     try:
         name = choose_signature(runner.specs, config.signature)
         spec = runner.specs[name]
-        feeds = make_records(spec["inputs"], config.batch_size, config.records, config.seed, config.inputs_npz)
+        feeds = make_records(spec["inputs"], config.batch_size, config.records, config.seed, config.inputs_npz,
+                             view)
         batch = batch_of(feeds[0], config.batch_size)
         document = {
             "model": config.model, "signature": name, "device_type": runner.device_type, "streams": streams,
@@ -116,7 +117,7 @@ def _checked_step(executable, name, feeds):
             return step()
         except Exception as e:
             if type(e).__module__.startswith("tensorflow"):
-                raise InputError(f"TensorFlow cannot run signature '{name}': {first_line(e)}") from None
+                raise InputError(f"TensorFlow cannot run signature '{name}': {error_line(e)}") from None
             raise
 
     return checked
@@ -133,7 +134,11 @@ def _compare(runner, path, tags, name, feeds, got, progress):
             raise InputError(f"--compare-to {path}: no signature '{name}'")
         identical, worst = True, 0.0
         for f, outputs in zip(feeds, got):
-            same, diff = compare_outputs(other.run(name, f), outputs)
+            try:
+                expected = other.run(name, f)
+            except Exception as e:  # TensorFlow's runtime errors come in many types
+                raise InputError(f"--compare-to {path}: TensorFlow cannot run signature '{name}': {error_line(e)}") from None
+            same, diff = compare_outputs(expected, outputs)
             identical &= same
             worst = max(worst, diff)
     finally:

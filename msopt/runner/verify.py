@@ -1,8 +1,10 @@
-"""Check that a rewritten model computes exactly what the original does (bitwise, on random inputs)."""
+"""Check that a rewritten model computes exactly what the original does (bitwise, on generated or given inputs)."""
 import numpy as np
 
 from msopt.errors import InputError
-from msopt.runner.executable import Executable, first_line, random_inputs
+from msopt.runner.executable import Executable, error_line
+from msopt.graph import GraphView
+from msopt.inputs import InputGenerator, read_npz
 from msopt.runner.workdir import runs_models
 
 
@@ -26,32 +28,35 @@ def compare_outputs(expected, actual):
 
 
 @runs_models  # a graph's save op must not write into the user's directory
-def verify(original, rewritten, devices, device_type="cpu", batch_size=3, seed=0):
-    """Run every signature of both models on the same random inputs; returns a report dict.
+def verify(original, rewritten, devices, device_type="cpu", batch_size=3, seed=0, inputs_npz=None):
+    """Run every signature of both models on the same inputs (generated, or read from ``inputs_npz``);
+    returns a report dict.
 
     The original failing to load or run is bad input (InputError); the rewritten model failing
     is a failed check: the report says ok False and carries the error.
     """
     soft = device_type != "cpu"  # GPU device strings fall back to the CPU when no GPU exists
     before = Executable(original, devices, "cpu", soft_placement=soft)
-    report = {"devices": devices, "device_type": "cpu", "signatures": {}}
+    report = {"devices": devices, "device_type": "cpu", "signatures": {}, "inputs": inputs_npz or "generated"}
     try:
         after = Executable(rewritten, devices, "cpu", soft_placement=soft, variable_values=before.variable_values())
     except InputError as e:
         before.close()
         return {**report, "ok": False, "max_abs_diff": float("inf"), "error": str(e)}
+    view = GraphView(original.graph_def)
     try:
         for name, spec in before.specs.items():
-            feeds = random_inputs(spec["inputs"], batch_size, seed)
+            feeds = read_npz(inputs_npz, spec["inputs"]) if inputs_npz else InputGenerator(spec["inputs"], view)(batch_size, seed)
             try:
                 expected = before.run(name, feeds)
             except Exception as e:  # TensorFlow's runtime errors come in many types
-                raise InputError(f"{original.path}: signature '{name}' fails on generated inputs: {first_line(e)}") from None
+                source = f"the inputs of {inputs_npz}" if inputs_npz else "generated inputs (pass real ones with --inputs FILE.npz)"
+                raise InputError(f"{original.path}: signature '{name}' fails on {source}: {error_line(e)}") from None
             try:
                 identical, worst = compare_outputs(expected, after.run(name, feeds))
             except Exception as e:
                 report["signatures"][name] = {"identical": False, "max_abs_diff": float("inf")}
-                report.setdefault("error", f"signature '{name}' of the rewritten model fails: {first_line(e)}")
+                report.setdefault("error", f"signature '{name}' of the rewritten model fails: {error_line(e)}")
                 continue
             report["signatures"][name] = {"identical": identical, "max_abs_diff": worst}
     finally:
