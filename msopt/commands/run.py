@@ -2,7 +2,7 @@
 import click
 
 from msopt.cli import JSON, MODEL, TAGS, print_json, progress
-from msopt.errors import CheckFailed, InputError
+from msopt.errors import CheckFailed
 
 
 @click.command("run")
@@ -88,7 +88,7 @@ def run(model, signature, streams, device, batch_size, inputs_npz, records, seed
     from msopt.runner.run import run_model
 
     if worker_config:  # a replica worker: the parent's run, with its place in the run from the hidden options
-        config = _read_worker_config(worker_config, worker_barrier, worker_replicas)
+        config = RunConfig.read(worker_config, worker_barrier=worker_barrier, worker_replicas=worker_replicas)
     else:
         params = click.get_current_context().params
         config = RunConfig(**{k: v for k, v in params.items() if k not in ("as_json", "worker_config")})
@@ -99,17 +99,6 @@ def run(model, signature, streams, device, batch_size, inputs_npz, records, seed
         click.echo(_text(document))
     if document.get("compare") and not document["compare"]["ok"]:
         raise CheckFailed(f"outputs differ from {compare_to} (max abs diff {document['compare']['max_abs_diff']:g})")
-
-
-def _read_worker_config(path, barrier, replicas):
-    from msopt.runner.config import RunConfig
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read the worker configuration: {e.strerror}") from None
-    return RunConfig.from_json(text, worker_barrier=barrier, worker_replicas=replicas)
 
 
 def _text(doc):

@@ -83,3 +83,12 @@ class RunConfig:
             raise InputError(f"worker configuration: expected an object with the fields of RunConfig, "
                              f"given {sorted(fields) if isinstance(fields, dict) else type(fields).__name__}")
         return cls(**fields, **worker)
+
+    @classmethod
+    def read(cls, path, **worker):
+        """A worker's RunConfig from the JSON file its parent wrote."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                return cls.from_json(f.read(), **worker)
+        except OSError as e:
+            raise InputError(f"{path}: cannot read the worker configuration: {e.strerror}") from None
