@@ -3,7 +3,7 @@ import contextlib
 import os
 
 from msopt.errors import InputError
-from msopt.runner.executable import error_line
+from msopt.runner.tensorflow_runtime import error_line
 
 DEFAULT_GPU_MEMORY_FRACTION = 0.9  # of each GPU, split among its virtual devices and the replicas sharing it
 # CUDA's stream priorities: cudaDeviceGetStreamPriorityRange reports least 0 and greatest -5 on current

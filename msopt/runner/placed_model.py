@@ -11,7 +11,8 @@ import tempfile
 from pathlib import Path
 
 from msopt.runner.devices import configure_devices, gpu_layout, tensorflow_errors
-from msopt.runner.executable import Executable, import_tensorflow
+from msopt.runner.executable import Executable
+from msopt.runner.tensorflow_runtime import import_tensorflow
 from msopt.runner.workdir import absolute
 
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from msopt.errors import InputError
 from msopt.runner.devices import parse_priorities, request_allow_growth, set_visible_gpus
-from msopt.runner.executable import error_line
+from msopt.runner.tensorflow_runtime import error_line
 from msopt.runner.placed_model import streams_in
 
 
@@ -53,7 +53,7 @@ def run_here(config, loaded, view, streams, priorities, progress):
     """One process: place, load, check inputs, compare, measure, trace, stage (paths in ``config`` absolute)."""
     from msopt.inspect import signatures
     from msopt.runner.devices import bitwise_gpu_numerics
-    from msopt.runner.executable import import_tensorflow
+    from msopt.runner.tensorflow_runtime import import_tensorflow
     from msopt.runner.feeds import batch_of, choose_signature, make_records
     from msopt.runner.placed_model import Runner
     from msopt.runner.timing import latency_summary, timed_steps
