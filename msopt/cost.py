@@ -70,6 +70,7 @@ COMPUTE_EFFICIENCY = 0.7  # fraction of peak FLOP/s a tuned cuDNN/cuBLAS kernel 
 MEMORY_EFFICIENCY = 0.8  # fraction of DRAM bandwidth a streaming kernel reaches (typical of STREAM-like copies)
 MIN_KERNEL_US = 2.0  # shortest kernel execution on the device, launch already paid on the host
 GEMM_OUTPUTS_PER_THREAD = 1.3  # outputs per thread of a Conv/MatMul kernel: fitted to Inception-v3's 6.51 ms (README)
+MAX_BATCH_SIZE = 2**31 - 1  # larger batches overflow the figures, and no GPU holds them
 ELEMENTWISE_OUTPUTS_PER_THREAD = 4  # outputs per thread of elementwise/reduction kernels (Eigen vectorizes by 4)
 
 DTYPE_BYTES = {"float": 4, "double": 8, "int32": 4, "uint8": 1, "int16": 2, "int8": 1, "string": 16, "complex64": 8,
@@ -136,12 +137,14 @@ def load_costs(path):
     """Read a measured costs file: {"unit": "us"|"ms"|"s"|"ns", "ops": {node key: time}} -> {key: microseconds}."""
     scale = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3}
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except OSError as e:
         raise InputError(f"{path}: cannot read costs file: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: costs file is not JSON: {e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: costs file is not JSON text: {e}") from None
+    except RecursionError:
+        raise InputError(f"{path}: costs file nests too deep") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("ops"), dict):
         raise InputError(f"{path}: a costs file is {{\"unit\": \"us\", \"ops\": {{\"<node key>\": <time>, ...}}}}")
     unit = doc.get("unit", "us")
@@ -149,10 +152,17 @@ def load_costs(path):
         raise InputError(f"{path}: unknown unit '{unit}'; use one of: {', '.join(scale)}")
     times = {}
     for key, value in doc["ops"].items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value < 0:
             raise InputError(f"{path}: op '{key}' has time {value!r}; times are non-negative numbers")
         times[key] = value * scale[unit]
     return times
+
+
+def _finite(value):
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond any float
+        return False
 
 
 class CostModel:
@@ -163,8 +173,8 @@ class CostModel:
             if target not in TARGETS:
                 raise InputError(f"unknown target '{target}'; choose one of: {', '.join(TARGETS)}")
             target = TARGETS[target]
-        if batch_size < 1:
-            raise InputError(f"--batch-size must be at least 1, got {batch_size}")
+        if not 1 <= batch_size <= MAX_BATCH_SIZE:
+            raise InputError(f"--batch-size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
         self.view = view
         self.target = target
         self.batch_size = batch_size
@@ -594,8 +604,10 @@ def _propagate(op, proto, ins, dtypes, in_protos):
         return [(dtype, first)]
     if op in BROADCAST_OPS:
         return [(dtype, _broadcast([s for _, s in ins[-2:]] if op in ("Select", "SelectV2") else [s for _, s in ins]))]
-    if op in ("MatMul", "_FusedMatMul") and len(ins) >= 2 and ins[0][1] and ins[1][1]:
+    if op in ("MatMul", "_FusedMatMul") and len(ins) >= 2 and ins[0][1] is not None and ins[1][1] is not None:
         a, b = ins[0][1], ins[1][1]
+        if len(a) != 2 or len(b) != 2:
+            raise InputError(f"node '{proto.name}' ({op}) multiplies operands of shapes {a} and {b}: both must be matrices")
         m = a[1] if _flag(attr, "transpose_a") else a[0]
         n = b[0] if _flag(attr, "transpose_b") else b[1]
         return [(dtype, [m, n])]
@@ -606,7 +618,7 @@ def _propagate(op, proto, ins, dtypes, in_protos):
         if all(shapes) and len({len(s) for s in shapes}) == 1:
             axis = _const_int(in_protos[-1])
             out = list(shapes[0])
-            if axis is not None:
+            if axis is not None and out:
                 axis %= len(out)
                 sizes = [s[axis] for s in shapes]
                 out[axis] = sum(sizes) if all(x is not None and x >= 0 for x in sizes) else -1
@@ -656,9 +668,13 @@ def _window_shape(op, attr, x, w):
     nchw = "data_format" in attr and attr["data_format"].s == b"NCHW"
     h, wd = (x[2], x[3]) if nchw else (x[1], x[2])
     strides = list(attr["strides"].list.i) if "strides" in attr else [1, 1, 1, 1]
+    if len(strides) != 4 or min(strides) < 1:
+        return None  # TensorFlow refuses such a node; its size stays unknown here
     sh, sw = (strides[2], strides[3]) if nchw else (strides[1], strides[2])
     if op in ("MaxPool", "AvgPool"):
         k = list(attr["ksize"].list.i) if "ksize" in attr else [1, 1, 1, 1]
+        if len(k) != 4:
+            return None
         kh, kw = (k[2], k[3]) if nchw else (k[1], k[2])
         channels = x[1] if nchw else x[3]
     else:
@@ -700,10 +716,11 @@ def _flops_bytes(op, proto, ins, in_elems, in_bytes, out_elems, out_bytes, batch
         return 2.0 * out_elems * w[0] * w[1], in_bytes + out_bytes
     if op in ("MatMul", "_FusedMatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3") and ins and ins[0][1]:
         a = ins[0][1]
-        k = a[-2] if op in ("MatMul", "_FusedMatMul") and _flag(proto.attr, "transpose_a") else a[-1]
+        k = a[-2] if op in ("MatMul", "_FusedMatMul") and _flag(proto.attr, "transpose_a") and len(a) > 1 else a[-1]
         return 2.0 * out_elems * max(k if k and k > 0 else 1, 1), in_bytes + out_bytes
     if op in ("MaxPool", "AvgPool"):
-        window = list(proto.attr["ksize"].list.i) if "ksize" in proto.attr else [1, 3, 3, 1]
+        window = list(proto.attr["ksize"].list.i) if "ksize" in proto.attr else []
+        window = window if len(window) == 4 else [1, 3, 3, 1]  # TensorFlow refuses other lengths
         return out_elems * float(math.prod(window)), in_bytes + out_bytes
     if op in GATHER_OPS:  # reads only the rows it gathers
         index_bytes = _bytes(*ins[1], batch_size) if len(ins) > 1 else 0

@@ -102,7 +102,8 @@ class GraphView:
         for nd in node_defs:
             key = node_key(function, nd.name)
             node = Node(key, nd.name, nd.op, function, nd)
-            node.calls = _called_functions(nd, library)
+            if library:  # only library functions are called
+                node.calls = _called_functions(nd, library)
             self.nodes[key] = node
             added.append(node)
         for node in added:
@@ -146,6 +147,19 @@ class GraphView:
 
     def nodes_of(self, function):
         return [n for n in self.nodes.values() if n.function == function]
+
+
+def kahn_order(succs, indegree):
+    """Kahn's topological order of the vertices that no cycle holds back (``indegree`` is consumed)."""
+    order = [v for v, d in enumerate(indegree) if d == 0]
+    i = 0
+    while i < len(order):
+        for w in succs[order[i]]:
+            indegree[w] -= 1
+            if indegree[w] == 0:
+                order.append(w)
+        i += 1
+    return order
 
 
 def _called_functions(node_def, library):

@@ -10,7 +10,7 @@ Memory and time are linear in vertices plus edges; no reachability matrix is eve
 from collections import defaultdict
 
 from msopt.cost import gc_paused
-from msopt.graph import MAIN
+from msopt.graph import MAIN, kahn_order
 
 BACK_EDGE_OPS = frozenset({"NextIteration", "RefNextIteration"})
 FIRST_INPUT_IS_PREDICATE = frozenset({"If", "StatelessIf", "Case", "StatelessCase"})
@@ -137,19 +137,10 @@ def _expand_call(view, dag, by_function, node, callee, call_vertex, resolve, exp
 
 def topological_order(dag):
     """Kahn's order; vertices left on a cycle are appended in insertion order (their cycle edge ignored)."""
-    indegree = [len(p) for p in dag.preds]
-    order = [v for v, d in enumerate(indegree) if d == 0]
-    succs = dag.succs
-    i = 0
-    while i < len(order):
-        for w in succs[order[i]]:
-            indegree[w] -= 1
-            if indegree[w] == 0:
-                order.append(w)
-        i += 1
-    if len(order) < len(indegree):
+    order = kahn_order(dag.succs, [len(p) for p in dag.preds])
+    if len(order) < len(dag.preds):
         placed = set(order)
-        order.extend(v for v in range(len(indegree)) if v not in placed)
+        order.extend(v for v in range(len(dag.preds)) if v not in placed)
     return order
 
 
