@@ -127,3 +127,17 @@ def test_executed_names_follow_function_calls():
     assert names["StatefulPartitionedCall/StatefulPartitionedCall/MatMul_1"] == f"{serve}:MatMul_1"
     assert names["weight_x"] == "weight_x"
     assert streams_in(view) == 2
+
+
+def test_verify_says_in_one_line_when_it_cannot_trace_the_runs():
+    """Explaining a difference is best effort: a trace that fails is reported, not a NameError."""
+    from msopt.runner.executable import Executable
+    from msopt.runner.verify import executed_differences
+
+    executable = Executable(load(SAMPLES / "linreg_tf1"), 1, "cpu")
+    try:
+        rows = executed_differences(executable, executable, "no_such_signature", {}, 1)
+    finally:
+        executable.close()
+    assert len(rows) == 1 and rows[0]["node"] is None
+    assert rows[0]["why"].startswith("could not trace the runs:") and "no_such_signature" in rows[0]["why"]

@@ -2,10 +2,10 @@
 import numpy as np
 
 from msopt.errors import InputError
-from msopt.runner.executable import Executable
-from msopt.runner.tensorflow_runtime import error_line
 from msopt.graph import GraphView
 from msopt.inputs import InputGenerator, read_npz
+from msopt.runner.executable import Executable
+from msopt.runner.tensorflow_runtime import error_line
 from msopt.runner.workdir import runs_models
 
 
