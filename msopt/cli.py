@@ -14,7 +14,7 @@ COMMANDS = {
     "partition": ("msopt.commands.partition:partition",),
     "simulate": ("msopt.commands.simulate:simulate",),
     "visualize": ("msopt.commands.visualize:visualize",),
-    "run": ("msopt.commands.run:run", "msopt.run_command:run"),
+    "run": ("msopt.commands.run:run",),
 }
 
 

@@ -1,1 +1,1 @@
-"""The msopt commands, one module each: they parse options, call the plan layer and print."""
+"""The msopt commands, one module each: they parse, call the layers below and print."""
