@@ -8,7 +8,7 @@ executor's ready order). The cost model, the rules' walks and the visualizer all
 """
 from msopt.errors import InputError
 from msopt.graph import MAIN
-from msopt.op_tables import BACK_EDGE_OPS, CALL_OPS, output_index as _output_index
+from msopt.op_tables import BACK_EDGE_OPS, CALL_OPS, FIRST_INPUT_IS_PREDICATE, output_index as _output_index
 from msopt.order import topological_order
 from msopt.protos import DTYPE_NAMES
 
@@ -98,6 +98,7 @@ class _Builder:
             if node.function != MAIN and not node.virtual:
                 self.bodies.setdefault(node.function, []).append(node)
         self.active = []  # functions being expanded (a recursive call runs as one opaque op)
+        self.branch_of = {}  # instance of a control-flow node's function -> that function's name
 
     def instantiate(self, nodes, instance):
         view, t = self.view, self.tasks
@@ -120,13 +121,29 @@ class _Builder:
             t.inputs.append([])
             t.control.append([])
             self.raw.append(("op", instance, node, len(t.key) - 1))
+            if node.calls and not _is_call(view, node):
+                self.open_branches(node, instance)
+
+    def open_branches(self, node, instance):
+        """Functional control flow (If, While, Case, ...): each function the node runs becomes an instance
+        nested in the node, its arguments read the node's inputs (an If's or Case's selector excepted)."""
+        t = self.tasks
+        for branch in node.calls:
+            if branch in self.active:
+                continue
+            child = len(t.instances)
+            t.instances.append((node.key, instance))
+            self.active.append(branch)
+            self.instantiate(self.bodies.get(branch, ()), child)
+            self.active.pop()
+            self.raw.append(("branch", instance, node, child))
+            self.branch_of[child] = branch
 
     def finish(self):
         view, t = self.view, self.tasks
         self.call_inputs = {}  # call instance -> resolved data input refs (for its body's _Arg nodes)
-        self.call_control = {}
         for kind, instance, node, target in self.raw:
-            if kind == "call":
+            if kind != "op":
                 self.call_inputs[target] = (instance, node)
         index, nodes = self.index, view.nodes
         for kind, instance, node, target in self.raw:
@@ -146,7 +163,7 @@ class _Builder:
             for src in node.control_inputs:
                 t.control[target].extend(self.done_tasks(instance, src))
         # Control inputs of a call node hold back the body ops that have no other predecessor.
-        held = [(instance, node, child) for kind, instance, node, child in self.raw if kind == "call" and node.control_inputs]
+        held = [(instance, node, child) for kind, instance, node, child in self.raw if kind != "op" and node.control_inputs]
         if held:
             by_instance = {}
             for i, inst in enumerate(t.instance):
@@ -156,6 +173,11 @@ class _Builder:
                 for i in by_instance.get(child, ()):
                     if not t.inputs[i] and not t.control[i]:
                         t.control[i].extend(before)
+        # A control-flow node is done when the functions it runs are: its consumers see them nested in it.
+        for kind, instance, node, child in self.raw:
+            if kind == "branch":
+                owner = index[(instance, node.key)]
+                t.control[owner].extend(self.instance_exits(child, self.branch_of[child]))
         return _topological(t)
 
     def resolve(self, instance, key, port):
@@ -171,6 +193,8 @@ class _Builder:
                 fn = view.functions[node.function]
                 position = fn.args.index(key)
                 instance, call = self.call_inputs[instance]
+                if call.op in FIRST_INPUT_IS_PREDICATE:
+                    position += 1
                 if position >= len(call.inputs):
                     return None
                 key, port = call.inputs[position]
@@ -200,8 +224,12 @@ class _Builder:
         if not isinstance(found, tuple):
             return [found]
         child = found[1]
+        return self.instance_exits(child, self.view.nodes[key].calls[0])
+
+    def instance_exits(self, child, function):
+        """Tasks whose completion means instance ``child`` of ``function`` is done (returns and control returns)."""
         if child not in self.exits:
-            fn = self.view.functions[self.view.nodes[key].calls[0]]
+            fn = self.view.functions[function]
             exits = []
             for src, port in fn.returns.values():
                 ref = self.resolve(child, src, port)

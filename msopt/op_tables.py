@@ -4,6 +4,8 @@
 CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 # Functional control flow whose first input is the branch selector, not an argument of the branches.
 FIRST_INPUT_IS_PREDICATE = frozenset({"If", "StatelessIf", "Case", "StatelessCase"})
+# Functional control flow: the op runs the functions it names on the host; their ops are the kernels.
+CONTROL_FLOW_OPS = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase"})
 # A v1 while loop's back edge: not a dependency of one run.
 BACK_EDGE_OPS = frozenset({"NextIteration", "RefNextIteration"})
 
@@ -15,7 +17,7 @@ NO_KERNEL_OPS = frozenset({
     "NextIteration", "LoopCond", "ControlTrigger", "RefEnter", "RefExit", "RefMerge", "RefSwitch", "RefNextIteration",
     "RefIdentity", "Assert", "VarIsInitializedOp", "HashTableV2", "MutableHashTableV2", "MutableHashTableOfTensorsV2",
     "Print", "PrintV2", "StringFormat", "SaveV2", "RestoreV2", "MergeV2Checkpoints", "ShardedFilename",
-})
+}) | CONTROL_FLOW_OPS
 # Sources every stream can read without a copy: DeepRec duplicates constants into each consuming stream,
 # inputs are fed to the consumer, and resource handles are colocated by the constraints.
 NEUTRAL_OPS = frozenset({
