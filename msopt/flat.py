@@ -61,6 +61,12 @@ def signature_roots(view, model, signature):
     return name, [r for r in roots if r in view.nodes] or None, feeds
 
 
+def argument_input(call, position):
+    """Which of ``call``'s inputs a called function's argument ``position`` reads: an If's or Case's first
+    input selects the branch and is no argument."""
+    return position + 1 if call.op in FIRST_INPUT_IS_PREDICATE else position
+
+
 def _is_call(view, node):
     return bool(node.calls) and (node.op in CALL_OPS or node.op in view.functions)
 
@@ -191,10 +197,8 @@ class _Builder:
                 if instance not in self.call_inputs:
                     return None
                 fn = view.functions[node.function]
-                position = fn.args.index(key)
                 instance, call = self.call_inputs[instance]
-                if call.op in FIRST_INPUT_IS_PREDICATE:
-                    position += 1
+                position = argument_input(call, fn.args.index(key))
                 if position >= len(call.inputs):
                     return None
                 key, port = call.inputs[position]

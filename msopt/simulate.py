@@ -34,7 +34,7 @@ The model of the machine (assumptions in the README):
 """
 import heapq
 
-from msopt.cost import gc_paused
+from msopt.gc_pause import gc_paused
 
 
 class Result:
