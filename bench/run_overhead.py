@@ -28,7 +28,7 @@ def side_by_side(path, blocks, steps, batch_size):
 
     import numpy as np
 
-    from msopt.execute import random_inputs
+    from msopt.inputs import random_inputs
     from msopt.graph import GraphView
     from msopt.load import load
     from msopt.runner import Runner, measure

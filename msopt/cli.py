@@ -149,6 +149,11 @@ def default_policy():
 @click.option("--report", type=click.Path(dir_okay=False), default=None, help="Write the JSON report to this file.")
 @click.option("--verify", is_flag=True, help="Run original and rewritten model in TensorFlow; exit 1 unless outputs are "
               "identical. The rewrite reaches the output only once verified: on a failure nothing is written.")
+@click.option("--inputs", "inputs_npz", type=click.Path(dir_okay=False), default=None,
+              help="--verify on the arrays of this .npz (one per signature input) instead of generated inputs.")
+@click.option("--tolerance", type=click.FloatRange(min=0), default=None, metavar="X",
+              help="--verify: accept outputs that differ by at most X (absolute); the report says they are not "
+                   "bitwise equal. Default: bitwise equality.")
 @click.option("--target", default=None, metavar="GPU", help="GPU profile of the simulated figures: h100, a100, v100, t4 (default h100).")
 @click.option("--batch-size", type=int, default=1, show_default=True, help="Unknown batch dimension, for the cost model.")
 @click.option("--costs", type=click.Path(dir_okay=False), default=None, help="Measured per-op times (see `msopt simulate --help`).")
@@ -159,8 +164,8 @@ def default_policy():
               help="--policy stage: the stage is everything upstream of these tensors (repeatable; default: found).")
 @TAGS
 @JSON
-def partition(model, streams, policy, placement, device_type, output, force, report, verify, target, batch_size, costs,
-              rules, override, no_const_dup, boundary, tags, as_json):
+def partition(model, streams, policy, placement, device_type, output, force, report, verify, inputs_npz, tolerance, target,
+              batch_size, costs, rules, override, no_const_dup, boundary, tags, as_json):
     """Assign every op of MODEL to one of N streams and write the rewritten model.
 
     \b
@@ -198,8 +203,16 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
     policy = policy or ("manual" if rules else default_policy())
     if rules and policy != "manual":
         raise InputError(f"--rules is read by --policy manual, not by --policy {policy}")
+    if tolerance is not None and not verify:
+        raise InputError("--tolerance is read by --verify")
     progress(f"loading {model}")
     loaded, view = open_model(model, tags)
+    if inputs_npz:
+        from msopt.inputs import read_signature_inputs
+
+        if not verify:
+            raise InputError("--inputs feeds --verify: add --verify")
+        read_signature_inputs(loaded, inputs_npz)  # a bad file fails before anything is written
     out = output or str(emit.default_output(model, streams))
     emit.check_output(loaded, out, force)
     if report and not os.path.isdir(os.path.dirname(os.path.abspath(report))):
@@ -225,7 +238,8 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
 
         verified["elapsed_s"] = round(time.perf_counter() - started, 3)
         progress("verifying in TensorFlow")
-        result = verified["verify"] = run_verify(loaded, load(built, tags), streams, device_type)
+        result = verified["verify"] = run_verify(loaded, load(built, tags), streams, device_type,
+                                                 inputs_npz=inputs_npz and os.path.abspath(inputs_npz), tolerance=tolerance)
         if result.get("error"):
             result["error"] = result["error"].replace(str(built), out)
         return result["ok"]
@@ -245,7 +259,9 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
         click.echo(_partition_text(document))
     if verify and not document["verify"]["ok"]:
         result = document["verify"]
-        cause = result.get("error") or f"rewritten model differs from the original (max abs diff {result['max_abs_diff']:g})"
+        why = next((f"; {d['node']}: {d['why']}" if d["node"] else f"; {d['why']}" for d in result.get("differences", [])), "")
+        limit = f", more than --tolerance {tolerance:g}" if tolerance is not None else ""
+        cause = result.get("error") or f"rewritten model differs from the original (max abs diff {result['max_abs_diff']:g}{limit}){why}"
         raise CheckFailed(f"{cause}; nothing written to {out}")
 
 
@@ -270,8 +286,12 @@ def _partition_text(doc):
     lines.extend(f"  {note}" for note in doc.get("notes", []))
     if "verify" in doc:
         v = doc["verify"]
-        state = "identical" if v["ok"] else "DIFFERENT"
+        state = "identical" if v.get("identical", v["ok"]) else "DIFFERENT"
+        if v["ok"] and state == "DIFFERENT":
+            state = f"NOT bitwise equal, accepted by --tolerance {v['tolerance']:g}"
         lines.append(f"  verify: outputs {state} on {len(v['signatures'])} signature(s), max abs diff {v['max_abs_diff']:g}")
+        for row in v.get("differences", [])[:3]:
+            lines.append(f"    {row['node'] + ': ' if row['node'] else ''}{row['why']}")
     return "\n".join(lines)
 
 

@@ -9,8 +9,10 @@ change made. Each constraint is one function below; ``apply`` composes them:
 - resource_links: a resource or reference and every op consuming it share one stream,
   followed through function calls into their bodies (TF2 captured variables);
 - frame_links: every node of a TF1 control-flow frame (Enter ... Exit) shares one stream;
-- fusion_links: a chain grappler fuses into one kernel (Conv2D/MatMul + BiasAdd/FusedBatchNorm
-  + activation) shares one stream: the fused node runs on one device whatever its parts said;
+- fusion_links: a group TensorFlow fuses into one kernel (grappler's remapper, oneDNN's layout
+  pass) or regroups only on one device (the arithmetic optimizer's Add trees) shares one stream:
+  split, the fused node runs on one device whatever its parts said, or the group runs unfused
+  with other rounding (msopt.fusion has the patterns);
 - xla_cluster_links (msopt.xla_clusters): the nodes of one XLA cluster share one stream;
 - share_streams: each linked group moves, whole, to the stream most of its consumers got;
 - const_copies (used by emit, not a partition change): per-stream copies of Const nodes.
@@ -20,6 +22,7 @@ call is one node and its body functions are partitioned like any other function.
 """
 from collections import Counter, defaultdict
 
+from msopt.fusion import fusion_groups
 from msopt.graph import node_key
 from msopt.op_tables import CALL_OPS
 from msopt.xla_clusters import xla_cluster_links
@@ -233,26 +236,11 @@ def frame_links(view):
                     stack.append((consumer, inner))
 
 
-# Grappler's remapper (oneDNN's on the CPU) fuses these chains into one node, placed on one device.
-FUSION_HEADS = frozenset({"Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul"})
-FUSION_SECOND = frozenset({"BiasAdd", "FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"})
-FUSION_TAIL = frozenset({"Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid", "Add", "AddV2"})
-
-
 def fusion_links(view):
-    """Each fusable chain head -> BiasAdd/FusedBatchNorm -> activation (or residual Add), linked
-    while every step is the previous op's only consumer."""
-    for node in view.real_nodes():
-        if node.op not in FUSION_HEADS:
-            continue
-        key, allowed = node.key, FUSION_SECOND
-        for _ in range(3):
-            consumers = view.nodes[key].outputs
-            nxt = view.nodes[consumers[0]] if len(consumers) == 1 else None
-            if nxt is None or nxt.virtual or nxt.op not in allowed:
-                break
-            yield node.key, nxt.key
-            key, allowed = nxt.key, FUSION_TAIL
+    """Each group TensorFlow fuses into one kernel or regroups on one device (msopt.fusion), linked."""
+    for _, members in fusion_groups(view):
+        for other in members[1:]:
+            yield members[0], other
 
 
 # -- moving each linked group to one stream ------------------------------------------------------
@@ -302,7 +290,7 @@ def _consumes_for_model(view, key, members):
 
 def _reason(kinds):
     text = {"colocation": "colocation group (_class loc:@)", "resource": "resource/reference and its consumers",
-            "frame": "TF1 control-flow frame", "fusion": "a chain grappler fuses into one kernel",
+            "frame": "TF1 control-flow frame", "fusion": "a group TensorFlow fuses into one kernel or sums on one device",
             "xla": "an XLA cluster (compiled into one executable)"}
     return "; ".join(text[k] for k in sorted(kinds))
 

@@ -3,23 +3,20 @@
 TensorFlow is imported here, inside functions, and nowhere on the proto-only paths.
 """
 import contextlib
+import io
+import logging
 import os
+import re
 import sys
 import tempfile
-
-import numpy as np
+import warnings
 
 from msopt.errors import InputError
 from msopt.inspect import signatures as signature_specs
 from msopt.protos import DTYPE_NAMES
 
-NUMPY_DTYPES = {
-    "float": np.float32, "double": np.float64, "half": np.float16, "bfloat16": np.float32,
-    "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
-    "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
-    "bool": np.bool_, "string": object,
-}
 _configured = {}  # device type -> logical devices configured in this process (TF2 runtime)
+_held = []  # the terminal's fd once TensorFlow's runtime logs are held back (once per process)
 
 
 @contextlib.contextmanager
@@ -52,28 +49,32 @@ def import_tensorflow():
 
         tf.get_logger().setLevel("ERROR")
         tf.config.list_physical_devices()  # initializes the platforms (and their start-up logs)
+    hold_runtime_logs()
     return tf
 
 
-def random_inputs(inputs, batch_size=3, seed=0):
-    """Dtype- and shape-correct random values for a signature's inputs ({key: spec})."""
-    rng = np.random.default_rng(seed)
-    values = {}
-    for key, spec in sorted(inputs.items()):
-        shape = [batch_size] if spec["shape"] is None else [batch_size if d is None else d for d in spec["shape"]]
-        dtype = spec["dtype"]
-        if dtype not in NUMPY_DTYPES:
-            raise InputError(f"input '{key}' has dtype {dtype}, which msopt cannot generate; pass --inputs")
-        if dtype == "string":
-            tokens = np.array([b"a", b"bc", b"12", b"x|y", b"0.5", b"zz,9", b""], dtype=object)
-            values[key] = np.array([b",".join(rng.choice(tokens, 4)) for _ in range(int(np.prod(shape)))], dtype=object).reshape(shape)
-        elif dtype == "bool":
-            values[key] = rng.random(shape) < 0.5
-        elif np.issubdtype(NUMPY_DTYPES[dtype], np.integer):
-            values[key] = rng.integers(0, 10, size=shape).astype(NUMPY_DTYPES[dtype])  # small: valid as ids
-        else:
-            values[key] = rng.standard_normal(shape).astype(NUMPY_DTYPES[dtype])
-    return values
+def hold_runtime_logs():
+    """Keep TensorFlow's own log lines (C++ runtime, absl, Python warnings) off the user's stderr for the rest
+    of the process, unless MSOPT_DEBUG is set: fd 2 goes to /dev/null and Python's sys.stderr keeps the
+    terminal. Only when sys.stderr is this process's fd 2 (not under a test harness that captured it)."""
+    if os.environ.get("MSOPT_DEBUG") or _held:
+        return
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module=r"(tensorflow|tf_keras|keras|absl)(\.|$)")
+    try:
+        if sys.stderr.fileno() != 2:
+            return
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    sys.stderr = io.TextIOWrapper(os.fdopen(terminal, "wb", buffering=0), encoding=sys.stderr.encoding or "utf-8",
+                                  errors="backslashreplace", line_buffering=True, write_through=True)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    _held.append(terminal)
 
 
 def configure_logical_devices(tf, count, device_type="cpu"):
@@ -133,7 +134,7 @@ class Executable:
             self._loaded = tf.saved_model.load(str(self.model.path), tags=list(self.model.tags),
                                                options=tf.saved_model.LoadOptions(experimental_variable_policy=policy))
         except Exception as e:  # TensorFlow raises many types here
-            raise InputError(f"{self.model.path}: TensorFlow cannot load the model: {first_line(e)}") from None
+            raise InputError(f"{self.model.path}: TensorFlow cannot load the model: {error_line(e)}") from None
         finally:
             tf.config.set_soft_device_placement(soft)
         self._functions = dict(self._loaded.signatures)
@@ -158,7 +159,7 @@ class Executable:
                     graph_def = v1.GraphDef.FromString(self.model.graph_def.SerializeToString())
                     tf.graph_util.import_graph_def(graph_def, name="")
         except Exception as e:
-            raise InputError(f"{self.model.path}: TensorFlow cannot load the model: {first_line(e)}") from None
+            raise InputError(f"{self.model.path}: TensorFlow cannot load the model: {error_line(e)}") from None
         if not self.specs:
             self.specs = {"graph": self._graph_signature()}
 
@@ -238,9 +239,30 @@ class Executable:
             self.session.close()
 
 
-def first_line(error):
-    text = str(error).strip() or type(error).__name__
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()[:300]
-    return text[:300]
+NOISE = re.compile(r"^(Graph execution error:|Detected at node|Node: |File |<stack traces unavailable>|"
+                   r"Original stack trace|\d+ root error\(s\) found|\d+ successful operations|"
+                   r"\d+ derived errors ignored|Additional GRPC error information)")
+
+
+def error_line(error):
+    """One line from a TensorFlow error: the node and the reason TensorFlow gives, not its first line.
+
+    TensorFlow's runtime errors read "Graph execution error:", then where the node was defined,
+    then the reason, then ``[[{{node NAME}}]]``: the reason is the line before that marker.
+    """
+    text = str(getattr(error, "message", None) or error).strip()
+    node = re.search(r"\[\[\{\{node ([^}]+)\}\}", text) or re.search(r"Detected at node '?([^'\s]+)'?", text)
+    lines = [line.strip() for line in text.splitlines()]
+    marker = next((i for i, line in enumerate(lines) if "[[{{node" in line), len(lines))
+    reason = ""
+    for line in reversed(lines[:marker + 1]):
+        line = re.sub(r"\s*\[\[\{\{node [^}]+\}\}\]\].*$", "", line).strip()
+        line = re.sub(r"^\(\d+\) [A-Z_]+: ", "", line)
+        if line and not NOISE.match(line):
+            reason = line
+            break
+    reason = reason or next((line for line in lines if line and not NOISE.match(line)), "") or type(error).__name__
+    reason = reason[:300]
+    if node and node.group(1) not in reason:
+        return f"node '{node.group(1)}': {reason}"
+    return reason

@@ -29,6 +29,7 @@ NodeDef = _class("tensorflow.NodeDef")
 FunctionDef = _class("tensorflow.FunctionDef")
 AttrValue = _class("tensorflow.AttrValue")
 SignatureDef = _class("tensorflow.SignatureDef")
+Example = _class("tensorflow.Example")
 
 # tensorflow.DataType names, from the schema itself.
 DTYPE_NAMES = {

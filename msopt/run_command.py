@@ -8,7 +8,7 @@ import numpy as np
 
 from msopt.cli import JSON, MODEL, TAGS, open_model, print_json, progress, write_json
 from msopt.errors import CheckFailed, InputError
-from msopt.execute import first_line
+from msopt.execute import error_line
 
 
 @click.command("run")
@@ -76,7 +76,8 @@ def run(model, signature, streams, device, batch_size, inputs_npz, records, seed
 
     Streams become devices before TensorFlow optimizes the graph: virtual GPUs (each its
     own compute stream) on a GPU, logical CPU devices on the CPU. Inputs are generated from
-    the signature (dtype- and shape-correct) or read with --inputs.
+    the signature and what the graph says each input feeds (ids below their table's rows), or
+    read with --inputs.
 
     The report (stdout with --json) holds latency_ms (mean, p50, p95, p99), throughput
     (steps and records per second), the device configuration and, with the options that
@@ -188,7 +189,7 @@ def _run_here(loaded, view, o):
     specs = signatures(loaded)  # checked before TensorFlow loads, when the model declares signatures
     if specs:
         chosen = choose_signature(specs, o["signature"])
-        make_records(specs[chosen]["inputs"], o["batch_size"], 1, o["seed"], o["inputs_npz"])
+        make_records(specs[chosen]["inputs"], o["batch_size"], 1, o["seed"], o["inputs_npz"], view)
     progress("loading TensorFlow")
     import_tensorflow()
     o = {**o, **{k: os.path.abspath(o[k]) for k in PATH_OPTIONS if o[k]}}  # the Runner works in a directory of its own
@@ -197,7 +198,7 @@ def _run_here(loaded, view, o):
     try:
         name = choose_signature(runner.specs, o["signature"])
         spec = runner.specs[name]
-        feeds = make_records(spec["inputs"], o["batch_size"], o["records"], o["seed"], o["inputs_npz"])
+        feeds = make_records(spec["inputs"], o["batch_size"], o["records"], o["seed"], o["inputs_npz"], view)
         batch = batch_of(feeds[0], o["batch_size"])
         document = {
             "model": o["model"], "signature": name, "device_type": runner.device_type, "streams": o["streams"],
@@ -244,7 +245,7 @@ def _checked_step(executable, name, feeds):
             return step()
         except Exception as e:
             if type(e).__module__.startswith("tensorflow"):
-                raise InputError(f"TensorFlow cannot run signature '{name}': {first_line(e)}") from None
+                raise InputError(f"TensorFlow cannot run signature '{name}': {error_line(e)}") from None
             raise
 
     return checked
@@ -280,7 +281,11 @@ def _compare(runner, path, tags, name, feeds, got):
             raise InputError(f"--compare-to {path}: no signature '{name}'")
         identical, worst = True, 0.0
         for f, outputs in zip(feeds, got):
-            same, diff = compare_outputs(other.run(name, f), outputs)
+            try:
+                expected = other.run(name, f)
+            except Exception as e:  # TensorFlow's runtime errors come in many types
+                raise InputError(f"--compare-to {path}: TensorFlow cannot run signature '{name}': {error_line(e)}") from None
+            same, diff = compare_outputs(expected, outputs)
             identical &= same
             worst = max(worst, diff)
     finally:

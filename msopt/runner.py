@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from msopt.errors import InputError
-from msopt.execute import NUMPY_DTYPES, Executable, first_line, import_tensorflow, random_inputs
+from msopt.execute import Executable, error_line, import_tensorflow
+from msopt.inputs import InputGenerator, check_input, read_npz  # noqa: F401 (check_input: re-exported)
 from msopt.workdir import absolute
 
 DEFAULT_GPU_MEMORY_FRACTION = 0.9  # of each GPU, split among its virtual devices and the replicas sharing it
@@ -76,7 +77,7 @@ def tensorflow_errors(what):
         yield
     except Exception as e:
         if type(e).__module__.startswith("tensorflow"):
-            raise InputError(f"TensorFlow cannot {what}: {first_line(e)}") from None
+            raise InputError(f"TensorFlow cannot {what}: {error_line(e)}") from None
         raise
 
 
@@ -216,43 +217,13 @@ def choose_signature(specs, name):
     return name
 
 
-def make_records(inputs, batch_size, records, seed, npz=None):
-    """The input batches to cycle through: ``records`` generated ones, or the one batch read from ``npz``."""
+def make_records(inputs, batch_size, records, seed, npz=None, view=None):
+    """The input batches to cycle through: ``records`` generated ones (shaped by the graph ``view``),
+    or the one batch read from ``npz``."""
     if npz is None:
-        return [random_inputs(inputs, batch_size, seed + k) for k in range(records)]
+        generate = InputGenerator(inputs, view)
+        return [generate(batch_size, seed + k) for k in range(records)]
     return [read_npz(npz, inputs)]
-
-
-def read_npz(path, inputs):
-    """One batch from an .npz file, every input present with the signature's dtype and shape."""
-    try:
-        with np.load(path, allow_pickle=True) as data:
-            arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read inputs: {e}") from None
-    missing = sorted(set(inputs) - set(arrays))
-    if missing:
-        raise InputError(f"{path}: no array for input '{missing[0]}' (the signature needs: {', '.join(sorted(inputs))})")
-    return {key: check_input(key, spec, arrays[key]) for key, spec in sorted(inputs.items())}
-
-
-def check_input(key, spec, value):
-    """``value`` converted to what TensorFlow expects for input ``key``, or InputError naming the mismatch."""
-    dtype = spec["dtype"]
-    want = NUMPY_DTYPES.get(dtype)
-    given = value.dtype
-    if dtype == "string":
-        if given.kind not in "SUO":
-            raise InputError(f"input '{key}': expected dtype string, given {given}")
-        value = np.vectorize(lambda s: s.encode() if isinstance(s, str) else bytes(s), otypes=[object])(value) \
-            if value.size else value.astype(object)
-    elif want is None or given != np.dtype(want):
-        raise InputError(f"input '{key}': expected dtype {dtype}, given {given}")
-    shape = spec["shape"]
-    if shape is not None and (len(shape) != value.ndim or any(d is not None and d != g for d, g in zip(shape, value.shape))):
-        expected = "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
-        raise InputError(f"input '{key}': expected shape {expected}, given {list(value.shape)}")
-    return value
 
 
 def batch_of(feeds, default):

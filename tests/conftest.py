@@ -67,3 +67,64 @@ def nasnet_mobile():
 @pytest.fixture(scope="session")
 def mobilenet_v2():
     return keras_application("MobileNetV2", input_shape=(96, 96, 3))
+
+
+# A BERT-style encoder with the structure of tf-models-official's BertEncoder/BertClassifier (small
+# config): word embeddings (a gather), position embeddings, type embeddings as one_hot @ table,
+# LayerNormalization(1e-12); per layer a MultiHeadAttention with a padding mask, residual Add,
+# LayerNormalization, EinsumDense + approximate GELU, EinsumDense, Add, LayerNormalization; a tanh
+# pooler on the first token and a 2-class head. The type table has 16 rows so that generated ids index it.
+TRANSFORMER_CODE = r'''
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import tensorflow as tf, tf_keras as keras
+layers_, hidden, heads, inner, seq, vocab = (int(v) for v in sys.argv[2:8])
+keras.utils.set_random_seed(0)
+L = keras.layers
+gelu = lambda x: keras.activations.gelu(x, approximate=True)
+ids = keras.Input((seq,), dtype="int32", name="input_word_ids")
+mask = keras.Input((seq,), dtype="int32", name="input_mask")
+types = keras.Input((seq,), dtype="int32", name="input_type_ids")
+x = L.Embedding(vocab, hidden, name="word_embeddings")(ids)
+type_table = L.Dense(hidden, use_bias=False, name="type_embeddings")
+x = x + type_table(tf.one_hot(types, 16))
+x = x + L.Embedding(seq, hidden, name="position_embedding")(tf.range(seq))[tf.newaxis]
+x = L.LayerNormalization(epsilon=1e-12, name="embeddings/layer_norm")(x)
+attention_mask = tf.cast(mask[:, tf.newaxis, :], tf.float32) * tf.ones((1, seq, 1))
+for i in range(layers_):
+    name = f"transformer/layer_{i}"
+    attn = L.MultiHeadAttention(heads, hidden // heads, name=f"{name}/self_attention")(x, x, attention_mask=attention_mask)
+    x = L.LayerNormalization(epsilon=1e-12, name=f"{name}/self_attention_layer_norm")(x + attn)
+    h = L.EinsumDense("abc,cd->abd", (None, inner), bias_axes="d", name=f"{name}/intermediate")(x)
+    h = L.Activation(gelu, name=f"{name}/gelu")(h)
+    h = L.EinsumDense("abc,cd->abd", (None, hidden), bias_axes="d", name=f"{name}/output")(h)
+    x = L.LayerNormalization(epsilon=1e-12, name=f"{name}/output_layer_norm")(x + h)
+pooled = L.Dense(hidden, activation="tanh", name="pooler_transform")(x[:, 0, :])
+logits = L.Dense(2, name="classifier")(pooled)
+model = keras.Model({"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}, logits)
+tmp = sys.argv[1] + ".partial"
+tf.saved_model.save(model, tmp)
+os.replace(tmp, sys.argv[1])
+'''
+
+
+def transformer_encoder(layers=4, hidden=256, heads=4, inner=1024, seq=16, vocab=100):
+    """A BERT-style transformer encoder classifier built with tf-keras, saved as a TF2 SavedModel, cached on disk.
+
+    tf-models-official's BertClassifier would pin another TensorFlow (2.20) and pull in ~80 packages,
+    so the same structure is built here from tf-keras layers.
+    """
+    target = CACHE / f"transformer_encoder_{layers}x{hidden}_h{heads}_i{inner}_s{seq}_v{vocab}"
+    if (target / "saved_model.pb").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(str(target) + ".partial", ignore_errors=True)
+    args = [str(v) for v in (layers, hidden, heads, inner, seq, vocab)]
+    subprocess.run([sys.executable, "-c", TRANSFORMER_CODE, str(target), *args], check=True, capture_output=True,
+                   timeout=900)
+    return target
+
+
+@pytest.fixture(scope="session")
+def transformer():
+    return transformer_encoder()

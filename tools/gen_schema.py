@@ -9,6 +9,7 @@ from google.protobuf import descriptor_pb2
 
 
 def main():
+    from tensorflow.core.example import example_pb2
     from tensorflow.core.framework import graph_pb2
     from tensorflow.core.protobuf import saved_model_pb2
 
@@ -25,6 +26,7 @@ def main():
 
     add(graph_pb2.DESCRIPTOR)
     add(saved_model_pb2.DESCRIPTOR)
+    add(example_pb2.DESCRIPTOR)  # tf.Example: what generated inputs of ParseExample ops hold
     out = descriptor_pb2.FileDescriptorSet(file=list(files.values()))
     target = Path(__file__).resolve().parent.parent / "msopt" / "proto" / "tf_schema.binpb"
     target.write_bytes(out.SerializeToString())

@@ -1,0 +1,263 @@
+"""Which node groups TensorFlow rewrites into one kernel (or regroups), so that they must share one device.
+
+Three rewriters do this on a model's graph, each read from TensorFlow's source:
+
+- grappler's remapper (``tensorflow/core/grappler/optimizers/remapper.cc``): op-type patterns
+  fused into one node (``_FusedConv2D``, ``_FusedMatMul``, ``_MklLayerNorm``, ...). It runs
+  before the graph is split by device and does not look at the other nodes' devices: a plan
+  that splits a pattern is silently not honoured (the fused node runs where the root was).
+- oneDNN's layout pass (``tensorflow/core/common_runtime/mkl_layout_pass.cc``): node merges
+  made after the graph is split by device, so only inside one device's partition.
+- grappler's arithmetic optimizer (``arithmetic_optimizer.cc``): AddOpsRewrite and
+  MinimizeBroadcasts regroup a tree of Add/AddN (or of one binary associative op) only while
+  every member sits on the root's device. Split, the tree is summed in another order: other
+  rounding. This is what made a transformer encoder's rewrite differ bitwise.
+
+``PATTERNS`` lists the remapper and layout-pass patterns as op-type trees, each named for the
+function of TensorFlow it comes from; ``GROUPS`` the arithmetic-optimizer regroupings.
+``fusion_groups(view)`` yields the node groups of a graph view that match any of them.
+Matching is by op type only (like remapper's SubGraphMatcher); the value and shape checks
+TensorFlow adds on top are left out, so a group found here may not be fused in the end:
+keeping it on one stream is then harmless.
+"""
+from collections import namedtuple
+from itertools import permutations
+
+PASS_THROUGH = frozenset({"Identity", "StopGradient", "PreventGradient", "Snapshot"})  # removed before the remapper runs
+
+
+class P:
+    """One node of an op-type pattern: its op types and, optionally, one pattern per data input.
+
+    With children the node must have exactly that many data inputs, matched in any order; a
+    child of ``ANY`` matches any input and is not part of the group.
+    """
+
+    __slots__ = ("ops", "children")
+
+    def __init__(self, ops, *children):
+        self.ops = frozenset(ops.split("|"))
+        self.children = children
+
+
+ANY = None
+Pattern = namedtuple("Pattern", "name source where trees")
+Group = namedtuple("Group", "name source ops same_op aliases")
+
+CONTRACTION = "Conv2D|Conv3D|DepthwiseConv2dNative|MatMul"
+ACTIVATION = "Relu|Relu6|Elu|LeakyRelu|Tanh|Sigmoid"  # IsSupportedActivation (Tanh, Sigmoid with oneDNN)
+ADD = "Add|AddV2"
+BATCH_NORM = "FusedBatchNorm|FusedBatchNormV2|FusedBatchNormV3"
+COMPARISON = "Equal|NotEqual|Greater|GreaterEqual|Less|LessEqual"
+
+
+def _bias(contraction=CONTRACTION):
+    return P("BiasAdd", P(contraction, ANY, ANY), ANY)
+
+
+def _batch_norm(head):
+    return P(BATCH_NORM, head, ANY, ANY, ANY, ANY)
+
+
+def _common_norm():
+    """IsCommonNormPattern: AddV2(Mul(x, Mul(Rsqrt(Add(Mean(SquaredDiff(x, Mean(x))), eps)), gamma)),
+    Sub(beta, Mul(mul1, mean1))) -- the ops tf.nn.batch_normalization(tf.nn.moments(...)) leaves."""
+    mean1 = P("Mean", ANY, ANY)
+    mul1 = P("Mul", P("Rsqrt", P(ADD, P("Mean", P("SquaredDifference", ANY, mean1), ANY), ANY)), ANY)
+    return P(ADD, P("Mul", ANY, mul1), P("Sub", ANY, P("Mul", mul1, mean1)))
+
+
+def _gru(attention):
+    """GRUCellPatternMatcher (GRU and AUGRU cells): gates MatMul+BiasAdd+Sigmoid / Tanh, Split, Mul, Sub."""
+    ru_gates = P("Sigmoid", P("BiasAdd", P("MatMul", P("ConcatV2", ANY, ANY, ANY), ANY), ANY))
+    split = P("Split", ANY, ru_gates)
+    concat1 = P("ConcatV2", ANY, P("Mul", split, ANY), ANY)
+    c_gate = P("Tanh", P("BiasAdd", P("MatMul", concat1, ANY), ANY))
+    gate = P("Mul", split, P("Sub", ANY, ANY)) if attention else split
+    return P("AddV2", P("Mul", gate, ANY), P("Mul", P("Sub", ANY, gate), c_gate))
+
+
+def _gelu():
+    """FindMatMulBiasAddAndGelu: the standalone Gelu op, GeluExact (two forms, with Erf) and
+    GeluApproximate (with Tanh; matched on the _FusedMatMul a first remapper pass made)."""
+    bias = _bias("MatMul")
+    erf = P(ADD, P("Erf", P("Mul", P("BiasAdd"), P("Cast|Const"))), P("Cast|Const"))
+    exact = P("Mul", P("Mul", erf, P("Cast|Const")), bias)
+    exact2 = P("Mul", erf, P("Mul", bias, P("Cast|Const")))
+    approximate = []
+    for head in (P("_FusedMatMul"), bias):  # the saved graph still has MatMul+BiasAdd and Pow(x, 3)
+        for cube in (P("Mul", P("Mul", P("Const"), head), P("Square", head)), P("Mul", ANY, P("Pow", head, ANY))):
+            tanh = P("Tanh", P("Mul", P("AddV2", head, cube), ANY))
+            approximate.append(P("Mul", P("Mul", P("AddV2", tanh, ANY), ANY), head))
+    return (P("Gelu", bias), exact, exact2, *approximate)
+
+
+def _hard_swish(head=None):
+    """FindHardSwish: x * (Relu6(x + 3) * 1/6), or (x * Relu6(x + 3)) * 1/6."""
+    x = head or ANY
+    relu6 = P("Relu6", P(ADD, P("Const"), x))
+    return (P("Mul", P("Mul", relu6, P("Const")), x), P("Mul", P("Mul", relu6, x), P("Const")))
+
+
+def _transpose_around(op):
+    return P("Transpose", P(op, P("Transpose", ANY, ANY), *([ANY] if op != "MaxPool3D" else [])), ANY)
+
+
+PATTERNS = (
+    # remapper, on every device (subject to its dtype/format checks)
+    Pattern("contraction+bias", "remapper.cc FindContractionWithBias", "cpu,gpu", (_bias(),)),
+    Pattern("contraction+bias+activation", "remapper.cc FindContractionWithBiasAndActivation", "cpu,gpu",
+            (P(ACTIVATION, _bias()),)),
+    Pattern("conv+squeeze+bias", "remapper.cc FindConvWithSqueezeAndBias", "cpu",
+            (P("BiasAdd", P("Squeeze", P("Conv2D|Conv3D", ANY, ANY)), ANY),)),
+    Pattern("conv2d+batchnorm", "remapper.cc FindConv2DWithBatchNorm", "cpu",
+            (_batch_norm(P("Conv2D", ANY, ANY)),)),
+    Pattern("conv2d+batchnorm+activation", "remapper.cc FindConv2DWithBatchNormAndActivation", "cpu",
+            (P(ACTIVATION, _batch_norm(P("Conv2D", ANY, ANY))),)),
+    Pattern("batchnorm+sideinput+relu", "remapper.cc FindFusedBatchNormEx", "gpu; cpu with oneDNN",
+            (P("Relu", _batch_norm(ANY)), P("Relu", P(ADD, _batch_norm(ANY), ANY))),),
+    Pattern("relugrad+batchnormgrad", "remapper.cc FindFusedBatchNormGradEx", "gpu",
+            (P("FusedBatchNormGrad|FusedBatchNormGradV2|FusedBatchNormGradV3", P("ReluGrad", ANY, ANY),
+               ANY, ANY, ANY, ANY, ANY),)),
+    Pattern("asstring+hashbucket", "remapper.cc FindTensorToHashBucket", "cpu,gpu",
+            (P("StringToHashBucketFast", P("AsString", ANY)),)),
+    Pattern("comparison+cast", "remapper.cc FindComparisonWithCast", "cpu",
+            (P("Cast", P(COMPARISON, ANY, ANY)),)),
+    Pattern("dilated conv", "remapper.cc FindDilatedConv", "cpu",
+            (P("BatchToSpaceND", P("Conv2D|DepthwiseConv2dNative", P("SpaceToBatchND", ANY, ANY, ANY), ANY), ANY, ANY),)),
+    # remapper, oneDNN builds only (the default tensorflow-cpu wheel on x86 Linux)
+    Pattern("gru cell", "remapper.cc CheckFuseGRUPatterns", "cpu with oneDNN", (_gru(False), _gru(True))),
+    Pattern("contraction+bias+add+activation", "remapper.cc FindContractionWithBiasAndAddActivation",
+            "cpu with oneDNN", (P(ACTIVATION, P(ADD + "|AddN", _bias(), ANY)),)),
+    Pattern("conv+leakyrelu/mish", "remapper.cc FindContractionWithActivation", "cpu with oneDNN",
+            (P("LeakyRelu|_MklFusedMish", P("Conv2D|_FusedConv2D")),)),
+    Pattern("contraction+bias+add", "remapper.cc FindContractionWithBiasAddAndAdd", "cpu with oneDNN",
+            (P(ADD + "|AddN", _bias(), ANY),)),
+    Pattern("pad+conv3d", "remapper.cc FindPadWithConv3D", "cpu with oneDNN",
+            (P("Conv3D|_FusedConv3D", P("Pad", ANY, ANY), ANY),)),
+    Pattern("matmul+bias+gelu", "remapper.cc FindMatMulBiasAddAndGelu", "cpu with oneDNN", _gelu()),
+    Pattern("conv+bias+hardswish", "remapper.cc FindContractionWithBiasAddAndHardSwish", "cpu with oneDNN",
+            _hard_swish(_bias("Conv2D|DepthwiseConv2dNative"))),
+    Pattern("mish", "remapper.cc FindSoftplusAndTanhAndMul", "cpu with oneDNN",
+            (P("Mul", P("Tanh", P("Softplus", ANY)), ANY),)),
+    Pattern("batchmatmul+mul+add", "remapper.cc FindFusedBatchMatMul", "cpu with oneDNN",
+            (P("AddV2", P("Mul", P("BatchMatMulV2"), ANY), ANY),)),
+    Pattern("mul+maximum (leakyrelu)", "remapper.cc FindMulAndMaximum", "cpu with oneDNN",
+            (P("Maximum", P("Mul", ANY, P("Const|Cast")), ANY),)),
+    Pattern("conv2d+bias/batchnorm+swish", "remapper.cc FindConv2DSwish", "cpu with oneDNN",
+            tuple(P("Mul", P("Sigmoid", second), P(next(iter(second.ops))))
+                  for second in (P("BiasAdd", P("Conv2D"), ANY),
+                                 *(P(op, P("Conv2D"), ANY, ANY, ANY, ANY) for op in BATCH_NORM.split("|"))))),
+    Pattern("sigmoid+mul (swish)", "remapper.cc FindSigmoidAndMul", "cpu with oneDNN",
+            (P("Mul", P("Sigmoid", ANY), ANY),)),
+    Pattern("layer norm", "remapper.cc FindMklLayerNorm", "cpu with oneDNN", (
+        P("AddV2", ANY, P("Mul", P("Reshape", P("FusedBatchNormV3", P("Reshape", ANY, ANY), P("Fill", ANY, P("Const")),
+                                                  P("Fill", ANY, P("Const")), P("Const"), P("Const")), ANY), ANY)),
+        P("AddV2", ANY, P("Mul", P("Sub", ANY, P("Mean", ANY, ANY)),
+                          P("Mul", P("Rsqrt", P("AddV2", P("Mean", P("Square", P("Sub")), ANY), P("Const"))), ANY))),
+        _common_norm())),
+    Pattern("instance norm+activation", "remapper.cc FindInstanceNormWithActivation", "cpu with oneDNN",
+            (P("Relu|LeakyRelu", _common_norm()),)),
+    Pattern("instance norm", "remapper.cc FindInstanceNorm", "cpu with oneDNN", (_common_norm(),)),
+    # oneDNN layout pass: after the graph is split by device, inside one partition only
+    Pattern("conv2d+bias (layout pass)", "mkl_layout_pass.cc MergeConv2DWithBiasAdd", "cpu with oneDNN",
+            (P("BiasAdd", P("Conv2D", ANY, ANY), ANY),)),
+    Pattern("pad+conv2d (layout pass)", "mkl_layout_pass.cc MergePadWithConv2D", "cpu with oneDNN",
+            (P("Conv2D|_FusedConv2D", P("Pad", ANY, ANY), ANY),)),
+    Pattern("conv2d filter grad+bias grad (layout pass)",
+            "mkl_layout_pass.cc MergeConv2DBackpropFilterWithBiasAddGrad", "cpu with oneDNN", ()),
+    Pattern("transpose+conv+transpose (layout pass)", "mkl_layout_pass.cc FuseTransposeMklOpTranspose",
+            "cpu with oneDNN", tuple(_transpose_around(op) for op in ("Conv2D", "Conv3D", "MaxPool3D"))),
+)
+
+# ConvertPowStage runs first and turns Pow(x, 3) into Mul(x, Square(x)): a Mul of the tree.
+GROUPS = (
+    Group("add tree", "arithmetic_optimizer.cc AddOpsRewriteStage", frozenset({"Add", "AddV2", "AddN"}), False, {}),
+    Group("associative tree", "arithmetic_optimizer.cc MinimizeBroadcastsStage (after ConvertPowStage)",
+          frozenset({"Mul", "Add", "AddV2"}), True, {"Pow": "Mul"}),
+)
+
+
+def fusion_groups(view):
+    """(pattern name, [node keys]) for every pattern and regrouping that matches in the view."""
+    consumers = _data_consumers(view)
+    for node in view.real_nodes():
+        for pattern in PATTERNS if node.op not in PASS_THROUGH else ():
+            for tree in pattern.trees:
+                matched = _match(view, node.key, tree)
+                if matched and len(matched) > 1:
+                    yield pattern.name, sorted(matched)
+                    break
+        if node.op == "BiasAddGrad":  # merged with the Conv2DBackpropFilter reading the same gradient
+            grad = node.inputs[0][0] if node.inputs else None
+            for other in consumers.get(grad, ()):
+                if view.nodes[other].op == "Conv2DBackpropFilter" and view.nodes[other].inputs[2][0] == grad:
+                    yield "conv2d filter grad+bias grad (layout pass)", sorted({node.key, other})
+        for group in GROUPS:
+            members = _tree(view, node, group, consumers)
+            if len(members) > 1:
+                yield group.name, sorted(members)
+
+
+def _match(view, key, pattern):
+    """The keys a pattern matches at ``key`` (pass-through Identity nodes included), or None."""
+    node, path = view.nodes.get(key), set()
+    while node is not None and not node.virtual and node.op in PASS_THROUGH and node.inputs and node.op not in pattern.ops:
+        path.add(node.key)
+        node = view.nodes.get(node.inputs[0][0])
+    if node is None or node.virtual or node.op not in pattern.ops:
+        return None
+    inputs = [src for src, _ in node.inputs]
+    if pattern.children and len(inputs) != len(pattern.children):
+        return None
+    matched = path | {node.key}
+    if not pattern.children:
+        return matched
+    for order in permutations(range(len(inputs))):
+        found = set()
+        for child, index in zip(pattern.children, order):
+            if child is ANY:
+                continue
+            sub = _match(view, inputs[index], child)
+            if sub is None:
+                break
+            found |= sub
+        else:
+            return matched | found
+    return None
+
+
+def _data_consumers(view):
+    consumers = {}
+    for node in view.real_nodes():
+        for src, _ in node.inputs:
+            consumers.setdefault(src, []).append(node.key)
+    return consumers
+
+
+def _tree(view, root, group, consumers):
+    """The Add/AddN (or same-op) tree rooted at ``root`` that the arithmetic optimizer collapses:
+    members with one data consumer, no control edges."""
+    def op(node):
+        return group.aliases.get(node.op, node.op)
+
+    if op(root) not in group.ops or root.control_inputs:
+        return set()
+    members, stack = {root.key}, [root]
+    while stack:
+        node = stack.pop()
+        for src, _ in node.inputs:
+            child = view.nodes.get(src)
+            if child is None or child.virtual or src in members or child.control_inputs:
+                continue
+            if op(child) not in group.ops or (group.same_op and op(child) != op(root)):
+                continue
+            if len(consumers.get(src, ())) != 1 or _drives_control(view, child):
+                continue
+            members.add(src)
+            stack.append(child)
+    return members
+
+
+def _drives_control(view, node):
+    return any(node.key in view.nodes[c].control_inputs for c in node.outputs)
