@@ -1,20 +1,16 @@
-"""The GPU cost model: what one run of a model executes, and each op's time and output bytes on a target GPU.
+"""The GPU cost model: each op instance of one run, its standalone time, GPU share and output bytes on a target.
 
 ``CostModel(view, model, target, batch_size, costs)`` is built once per model and target. It
-flattens the run of one signature into *tasks* (real ops, function calls inlined, one task per
-executed op instance) in a fixed topological order, finds every tensor's shape (``_output_shapes``,
-signature shapes, or propagation through common ops and function call arguments), and gives each
-task a standalone time, a share of the GPU it can occupy, and its output bytes. The simulator
-(msopt.simulate) runs these tasks; nothing here depends on a partition.
+takes the flattened run of one signature (msopt.flat: one task per executed op instance, calls
+and functional control flow opened, in a fixed topological order), the shape of every tensor
+(msopt.shapes) and gives each task a standalone time and GPU share from the roofline of
+msopt.kernels on a GPU of msopt.targets. The simulator (msopt.simulate) runs these tasks;
+nothing here depends on a partition.
 
-Kernel time model (a roofline with occupancy; every constant is in TARGETS or below, sourced):
-  full_gpu_us = max(flops / (peak * COMPUTE_EFFICIENCY), bytes / (bandwidth * MEMORY_EFFICIENCY))
-  share       = clamp(threads / (sms * threads_per_sm), 1 / sms, 1)   threads = outputs / outputs per thread
-  standalone  = max(MIN_KERNEL_US, full_gpu_us / share)
 A kernel alone on the GPU uses ``share`` of it for ``standalone`` microseconds; concurrent kernels
 share the GPU (see msopt.simulate). Ops that launch no kernel (Const, Identity, ReadVariableOp,
-Reshape, control-flow plumbing, ...) take no time. Measured times from a costs file replace the
-standalone time of the ops they name.
+Reshape, control-flow plumbing, functional If/While whose functions' ops are the kernels, ...)
+take no time. Measured times from a costs file replace the standalone time of the ops they name.
 """
 import json
 import math

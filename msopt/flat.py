@@ -2,9 +2,13 @@
 
 ``flat_run(view, model, signature)`` is the one inliner: it starts from the signature's outputs
 (every main-graph node when the model has no signatures), inlines each function call in place
-(one instance per call, a recursive call left as one opaque op), resolves every data and control
-reference across call boundaries, and numbers the instances in a topological order (TensorFlow's
-executor's ready order). The cost model, the rules' walks and the visualizer all read this view.
+(one instance per call, no op for the call node, a recursive call left as one opaque op), opens
+the functions of functional control flow (If, While, Case, ...) as instances nested in their
+node (the node reads its inputs, its functions' arguments read the same inputs, the selector of
+an If or Case excepted, and the node is done when its functions are), resolves every data and
+control reference across those boundaries (loop back edges dropped), and numbers the instances
+in a topological order (TensorFlow's executor's ready order). The cost model, the visualizer
+and the rules' walk (msopt.rules.walk, for its argument binding) read this view.
 """
 from msopt.errors import InputError
 from msopt.graph import MAIN
@@ -67,8 +71,16 @@ def argument_input(call, position):
     return position + 1 if call.op in FIRST_INPUT_IS_PREDICATE else position
 
 
-def _is_call(view, node):
+def is_call(view, node):
+    """A call (PartitionedCall, a function used as an op): its function runs in its place, it is no op itself."""
     return bool(node.calls) and (node.op in CALL_OPS or node.op in view.functions)
+
+
+def opened_functions(view, node):
+    """The functions ``node`` runs: a call's one function, or every function of a control-flow node."""
+    if not node.calls:
+        return []
+    return node.calls[:1] if is_call(view, node) else list(node.calls)
 
 
 def flatten_run(view, roots):
@@ -111,7 +123,7 @@ class _Builder:
         for node in nodes:
             if node.virtual:
                 continue
-            if _is_call(view, node) and node.calls[0] not in self.active:
+            if is_call(view, node) and node.calls[0] not in self.active:
                 child = len(t.instances)
                 t.instances.append((node.key, instance))
                 self.index[(instance, node.key)] = ("call", child)
@@ -127,14 +139,14 @@ class _Builder:
             t.inputs.append([])
             t.control.append([])
             self.raw.append(("op", instance, node, len(t.key) - 1))
-            if node.calls and not _is_call(view, node):
+            if node.calls and not is_call(view, node):
                 self.open_branches(node, instance)
 
     def open_branches(self, node, instance):
         """Functional control flow (If, While, Case, ...): each function the node runs becomes an instance
         nested in the node, its arguments read the node's inputs (an If's or Case's selector excepted)."""
         t = self.tasks
-        for branch in node.calls:
+        for branch in opened_functions(self.view, node):
             if branch in self.active:
                 continue
             child = len(t.instances)

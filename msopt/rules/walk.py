@@ -9,16 +9,17 @@ Memory and time are linear in vertices plus edges; no reachability matrix is eve
 
 The rules plan every node of the model, so this DAG is wider than one signature's run
 (msopt.flat): it also holds main-graph nodes no signature reaches and functions nobody calls.
-A body's arguments bind to the caller's inputs as in the run (``msopt.flat.argument_input``),
-and each vertex records the call nodes it was expanded for, so the instances a run executes
-are vertices here with the same identity (key and callers).
+A node opens the functions the run opens (``msopt.flat.opened_functions``), a body's arguments
+bind to the caller's inputs as in the run (``msopt.flat.argument_input``), and each vertex
+records the call nodes it was expanded for, so the instances a run executes are vertices here
+with the same identity (key and callers).
 """
 from collections import defaultdict
 
-from msopt.flat import argument_input
+from msopt.flat import argument_input, opened_functions
 from msopt.gc_pause import gc_paused
 from msopt.graph import MAIN
-from msopt.op_tables import BACK_EDGE_OPS, FIRST_INPUT_IS_PREDICATE, FREE_OPS  # noqa: F401  (FREE_OPS: towers)
+from msopt.op_tables import BACK_EDGE_OPS, FREE_OPS
 from msopt.order import longest_to_sink as _longest_to_sink
 from msopt.order import topological_order as _topological_order
 
@@ -111,7 +112,7 @@ def _expand(view, dag, by_function, function, arg_source, start, expanded, budge
         if not has_pred and start is not None:
             dag.link(start, v)
     for node in body:
-        for callee in sorted(set(node.calls)):  # the view lists them in protobuf map order, which varies by process
+        for callee in sorted(set(opened_functions(view, node))):  # a stable order, whatever the view's
             _expand_call(view, dag, by_function, node, callee, local[node.key], resolve, expanded, budget, stack,
                          callers + (node.key,))
     info = view.functions.get(function)

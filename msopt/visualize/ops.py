@@ -1,8 +1,8 @@
 """The ops one signature runs, as the flattened run lists them, each under a scope path for drawing."""
 from msopt.errors import InputError
-from msopt.flat import flat_run
+from msopt.flat import flat_run, is_call
 from msopt.graph import MAIN
-from msopt.op_tables import CALL_OPS, HIDDEN_IN_DRAWING
+from msopt.op_tables import HIDDEN_IN_DRAWING
 
 PLUMBING_OPS = {"Identity", "NoOp"}  # at the top of a function body: its outputs and automatic control dependencies
 RETURNS_SCOPE = "(returns)"  # the scope they are folded into
@@ -78,7 +78,7 @@ def _prefix(view, tasks, instance, function, prefixes):
     call_key, parent = tasks.instances[instance]
     call = view.nodes[call_key]
     above = _prefix(view, tasks, parent, call.function, prefixes)
-    if call.op in CALL_OPS or call.op in view.functions:
+    if is_call(view, call):
         prefix = above + (tuple(call.scope.split("/")) if call.scope else ())
     else:
         prefix = above + tuple(call.name.split("/")) + (function,)
