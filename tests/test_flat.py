@@ -132,6 +132,8 @@ def test_op_tables_and_the_sort_are_defined_once():
     for name in ("CALL_OPS", "NO_KERNEL_OPS", "BACK_EDGE_OPS", "FIRST_INPUT_IS_PREDICATE", "FREE_OPS", "NEUTRAL_OPS"):
         defined = [p.name for p, text in sources.items() if f"\n{name} = " in text]
         assert defined == ["op_tables.py"], (name, defined)
+    spelled = [p.name for p, text in sources.items() if '"PartitionedCall", "StatefulPartitionedCall"' in text]
+    assert spelled == ["op_tables.py"]
     kahn = [p.name for p, text in sources.items() if "def topological_order(succs" in text or "def _topological(nodes" in text]
     assert kahn == ["order.py"]
 
