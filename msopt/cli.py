@@ -13,6 +13,7 @@ from msopt.errors import CheckFailed, InputError
 # Commands living in their own modules, loaded only when run or listed.
 LAZY_COMMANDS = {"run": "msopt.run_command:run", "simulate": "msopt.simulate_cli:simulate",
                  "visualize": "msopt.visualize_command:visualize"}
+MAX_WARNINGS = 10  # unmatched rules listed one by one; the rest are counted
 
 
 class Group(click.Group):
@@ -28,15 +29,27 @@ class Group(click.Group):
         command = super().get_command(ctx, name)
         return examples_last(command) if command else None
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:  # the group's own options: `msopt --bogus`
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as e:
+            usage_error(e)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:  # a command's arguments, lazily loaded commands included
+            usage_error(e)
         except InputError as e:
             fail(str(e), e.exit_code)
         except CheckFailed as e:
             fail(str(e), e.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
+        except OSError as e:
+            if e.filename is None or os.environ.get("MSOPT_DEBUG"):
+                raise
+            fail(f"{e.filename}: {e.strerror or e}", 2)  # a path the user named cannot be read or written
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
         except Exception as e:  # a bug of ours: still one line, traceback on request
@@ -54,8 +67,18 @@ def examples_last(command):
     return command
 
 
+def usage_error(error):
+    """A click usage error as one `msopt: error:` line (click prints a usage block, a hint and the error)."""
+    if isinstance(error, getattr(click.exceptions, "NoArgsIsHelpError", ())):
+        raise error  # `msopt` alone: click shows the help
+    hint = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
+    fail(error.format_message() + hint, error.exit_code)
+
+
 def fail(message, code):
-    click.echo(f"msopt: error: {message}", err=True)
+    """End with one line on stderr: the message's lines are joined."""
+    text = "; ".join(line.strip() for line in str(message).splitlines() if line.strip())
+    click.echo(f"msopt: error: {text}", err=True)
     sys.exit(code)
 
 
@@ -228,8 +251,11 @@ def partition(model, streams, policy, placement, device_type, output, force, rep
     from msopt.constraints import const_copies
 
     copies = const_copies(view, plan) if options.const_dup else {}
-    for row in options.report.get("unmatched_rules", []):
+    unmatched = options.report.get("unmatched_rules", [])
+    for row in unmatched[:MAX_WARNINGS]:
         click.echo(f"msopt: warning: rule {row['rule']} ({rules}:{row['line']}) matched no node", err=True)
+    if len(unmatched) > MAX_WARNINGS:
+        click.echo(f"msopt: warning: ... and {len(unmatched) - MAX_WARNINGS} more rules that matched no node", err=True)
     verified = {}
 
     def check(built):  # with --verify: the rewrite reaches the output only once verified
@@ -278,8 +304,11 @@ def _partition_text(doc):
                      f"e.g. {merges[0]['moved'][0]} to stream {merges[0]['stream']}")
     if doc["const_copies"]:
         lines.append(f"  const copies: {sum(map(len, doc['const_copies'].values()))} of {len(doc['const_copies'])} Const node(s)")
-    for row in doc.get("unmatched_rules", []):
+    unmatched = doc.get("unmatched_rules", [])
+    for row in unmatched[:MAX_WARNINGS]:
         lines.append(f"  rule {row['rule']} (line {row['line']}) matched no node")
+    if len(unmatched) > MAX_WARNINGS:
+        lines.append(f"  ... and {len(unmatched) - MAX_WARNINGS} more rules that matched no node")
     sim = doc["simulated"]
     lines.append(f"  simulated on {sim['target']}: {sim['makespan_ms']:.4g} ms vs {sim['single_stream_ms']:.4g} ms on one stream "
                  f"(speedup {sim['speedup']:.3g}x, ratio to bound {sim['ratio_to_bound']:.3g})")

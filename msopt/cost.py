@@ -20,7 +20,7 @@ from msopt.flat import Tasks, flat_run
 from msopt.gc_pause import gc_paused
 from msopt.kernels import (  # noqa: F401  (re-exported: callers import the model's constants from here)
     COMPUTE_EFFICIENCY, DTYPE_BYTES, ELEMENTWISE_OUTPUTS_PER_THREAD, GATHER_OPS, GEMM_OPS, GEMM_OUTPUTS_PER_THREAD,
-    MEMORY_EFFICIENCY, MIN_KERNEL_US, elements, flops_bytes, roofline,
+    MAX_BATCH_SIZE, MEMORY_EFFICIENCY, MIN_KERNEL_US, elements, flops_bytes, roofline,
 )
 from msopt.op_tables import BACK_EDGE_OPS, CALL_OPS, NEUTRAL_OPS, NO_KERNEL_OPS, OUTPUT_ARGS  # noqa: F401
 from msopt.shapes import infer_shapes
@@ -34,12 +34,14 @@ def load_costs(path):
     """Read a measured costs file: {"unit": "us"|"ms"|"s"|"ns", "ops": {node key: time}} -> {key: microseconds}."""
     scale = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3}
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except OSError as e:
         raise InputError(f"{path}: cannot read costs file: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: costs file is not JSON: {e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: costs file is not JSON text: {e}") from None
+    except RecursionError:
+        raise InputError(f"{path}: costs file nests too deep") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("ops"), dict):
         raise InputError(f"{path}: a costs file is {{\"unit\": \"us\", \"ops\": {{\"<node key>\": <time>, ...}}}}")
     unit = doc.get("unit", "us")
@@ -47,10 +49,17 @@ def load_costs(path):
         raise InputError(f"{path}: unknown unit '{unit}'; use one of: {', '.join(scale)}")
     times = {}
     for key, value in doc["ops"].items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value < 0:
             raise InputError(f"{path}: op '{key}' has time {value!r}; times are non-negative numbers")
         times[key] = value * scale[unit]
     return times
+
+
+def _finite(value):
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond any float
+        return False
 
 
 class CostModel:
@@ -61,8 +70,8 @@ class CostModel:
             if target not in TARGETS:
                 raise InputError(f"unknown target '{target}'; choose one of: {', '.join(TARGETS)}")
             target = TARGETS[target]
-        if batch_size < 1:
-            raise InputError(f"--batch-size must be at least 1, got {batch_size}")
+        if not 1 <= batch_size <= MAX_BATCH_SIZE:
+            raise InputError(f"--batch-size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
         self.view = view
         self.target = target
         self.batch_size = batch_size

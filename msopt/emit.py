@@ -139,7 +139,7 @@ def write(model, partition, out, placement="attr", device_type="gpu", force=Fals
             _write_saved_model(model, saved, built)
         else:
             message = meta if model.format == "meta_graph" else meta.graph_def
-            data = protos.to_text(message).encode() if model.text else message.SerializeToString()
+            data = protos.to_text(message).encode() if model.text else message.SerializeToString(deterministic=True)
             built.write_bytes(data)
         if check is not None and not check(built):
             return None
@@ -154,5 +154,5 @@ def _write_saved_model(model, saved, tmp):
         target = tmp / item.name
         (shutil.copytree if item.is_dir() else shutil.copy2)(item, target)
     name = "saved_model.pbtxt" if model.text else "saved_model.pb"
-    data = protos.to_text(saved).encode() if model.text else saved.SerializeToString()
+    data = protos.to_text(saved).encode() if model.text else saved.SerializeToString(deterministic=True)  # map order fixed
     (tmp / name).write_bytes(data)

@@ -6,6 +6,8 @@ nodes so that edges from them are explicit; they carry no NodeDef and are never 
 """
 from collections import Counter
 
+from msopt.order import kahn_order  # noqa: F401  (the one topological sort; validate reads it here)
+
 MAIN = ""  # the function name of the main graph
 STREAM_ATTR = "_stream_id"
 
@@ -102,7 +104,8 @@ class GraphView:
         for nd in node_defs:
             key = node_key(function, nd.name)
             node = Node(key, nd.name, nd.op, function, nd)
-            node.calls = _called_functions(nd, library)
+            if library:  # only library functions are called
+                node.calls = _called_functions(nd, library)
             self.nodes[key] = node
             added.append(node)
         for node in added:

@@ -13,6 +13,7 @@ COMPUTE_EFFICIENCY = 0.7  # fraction of peak FLOP/s a tuned cuDNN/cuBLAS kernel 
 MEMORY_EFFICIENCY = 0.8  # fraction of DRAM bandwidth a streaming kernel reaches (typical of STREAM-like copies)
 MIN_KERNEL_US = 2.0  # shortest kernel execution on the device, launch already paid on the host
 GEMM_OUTPUTS_PER_THREAD = 1.3  # outputs per thread of a Conv/MatMul kernel: fitted to Inception-v3's 6.51 ms (README)
+MAX_BATCH_SIZE = 2**31 - 1  # larger batches overflow the figures, and no GPU holds them
 ELEMENTWISE_OUTPUTS_PER_THREAD = 4  # outputs per thread of elementwise/reduction kernels (Eigen vectorizes by 4)
 
 DTYPE_BYTES = {"float": 4, "double": 8, "int32": 4, "uint8": 1, "int16": 2, "int8": 1, "string": 16, "complex64": 8,
@@ -48,10 +49,11 @@ def flops_bytes(op, proto, ins, in_elems, in_bytes, out_elems, out_bytes, batch_
         return 2.0 * out_elems * w[0] * w[1], in_bytes + out_bytes
     if op in ("MatMul", "_FusedMatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3") and ins and ins[0][1]:
         a = ins[0][1]
-        k = a[-2] if op in ("MatMul", "_FusedMatMul") and flag(proto.attr, "transpose_a") else a[-1]
+        k = a[-2] if op in ("MatMul", "_FusedMatMul") and flag(proto.attr, "transpose_a") and len(a) > 1 else a[-1]
         return 2.0 * out_elems * max(k if k and k > 0 else 1, 1), in_bytes + out_bytes
     if op in ("MaxPool", "AvgPool"):
-        window = list(proto.attr["ksize"].list.i) if "ksize" in proto.attr else [1, 3, 3, 1]
+        window = list(proto.attr["ksize"].list.i) if "ksize" in proto.attr else []
+        window = window if len(window) == 4 else [1, 3, 3, 1]  # TensorFlow refuses other lengths
         return out_elems * float(math.prod(window)), in_bytes + out_bytes
     if op in GATHER_OPS:  # reads only the rows it gathers
         index_bytes = tensor_bytes(*ins[1], batch_size) if len(ins) > 1 else 0

@@ -11,6 +11,7 @@ from google.protobuf.text_format import ParseError
 
 from msopt import protos
 from msopt.errors import InputError
+from msopt.validate import validate, validate_objects
 
 SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 # Signatures TensorFlow uses internally to name an op, not tensors: not user signatures.
@@ -142,9 +143,8 @@ def _check(model):
     graph = model.graph_def
     if not graph.node and not graph.library.function:
         raise InputError(f"{model.proto_file}: the graph is empty (truncated or not a TensorFlow graph?)")
-    for node in graph.node:
-        if not node.name or not node.op:
-            raise InputError(f"{model.proto_file}: a node without a name or op ({node.name or '?'}): corrupt graph")
+    validate(graph, model.proto_file)
+    validate_objects(model.meta_graph.object_graph_def, model.proto_file)
     names = {node.name for node in graph.node}
     for sig_name, sig in model.signatures.items():
         for kind, infos in (("input", sig.inputs), ("output", sig.outputs)):

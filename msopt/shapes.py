@@ -1,4 +1,5 @@
 """Shape inference over a flattened run: each op instance's output (dtype, shape) list."""
+from msopt.errors import InputError
 from msopt.graph import MAIN
 from msopt.protos import DTYPE_NAMES
 
@@ -78,8 +79,10 @@ def _propagate(op, proto, ins, dtypes, in_protos):
         return [(dtype, first)]
     if op in BROADCAST_OPS:
         return [(dtype, _broadcast([s for _, s in ins[-2:]] if op in ("Select", "SelectV2") else [s for _, s in ins]))]
-    if op in ("MatMul", "_FusedMatMul") and len(ins) >= 2 and ins[0][1] and ins[1][1]:
+    if op in ("MatMul", "_FusedMatMul") and len(ins) >= 2 and ins[0][1] is not None and ins[1][1] is not None:
         a, b = ins[0][1], ins[1][1]
+        if len(a) != 2 or len(b) != 2:
+            raise InputError(f"node '{proto.name}' ({op}) multiplies operands of shapes {a} and {b}: both must be matrices")
         m = a[1] if flag(attr, "transpose_a") else a[0]
         n = b[0] if flag(attr, "transpose_b") else b[1]
         return [(dtype, [m, n])]
@@ -90,7 +93,7 @@ def _propagate(op, proto, ins, dtypes, in_protos):
         if all(shapes) and len({len(s) for s in shapes}) == 1:
             axis = _const_int(in_protos[-1])
             out = list(shapes[0])
-            if axis is not None:
+            if axis is not None and out:
                 axis %= len(out)
                 sizes = [s[axis] for s in shapes]
                 out[axis] = sum(sizes) if all(x is not None and x >= 0 for x in sizes) else -1
@@ -140,9 +143,13 @@ def _window_shape(op, attr, x, w):
     nchw = "data_format" in attr and attr["data_format"].s == b"NCHW"
     h, wd = (x[2], x[3]) if nchw else (x[1], x[2])
     strides = list(attr["strides"].list.i) if "strides" in attr else [1, 1, 1, 1]
+    if len(strides) != 4 or min(strides) < 1:
+        return None  # TensorFlow refuses such a node; its size stays unknown here
     sh, sw = (strides[2], strides[3]) if nchw else (strides[1], strides[2])
     if op in ("MaxPool", "AvgPool"):
         k = list(attr["ksize"].list.i) if "ksize" in attr else [1, 1, 1, 1]
+        if len(k) != 4:
+            return None
         kh, kw = (k[2], k[3]) if nchw else (k[1], k[2])
         channels = x[1] if nchw else x[3]
     else:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import keras_application, run_msopt
+from conftest import keras_application, run_msopt, transformer_encoder
 from zoo_models import zoo_model
 
 # model -> the policies tested on it: embedding where there are embeddings, stage where strings are parsed
@@ -19,13 +19,20 @@ POLICIES = {
     "tf1_training": ["auto", "chains"],  # TF1 training graph: is_training of unknown rank, v1 cond/while, batch norm
     "lookup": ["chains", "embedding", "stage"],  # hash tables, hash buckets, parsed strings
     "mobilenet_v2": ["chains"],  # keras.applications (tf-keras), 96x96
+    "keras3_mobilenet_v3": ["chains"],  # keras.applications in Keras 3 (model.export), 64x64
+    "transformer": ["chains"],  # a BERT-style encoder (tf-keras layers; test_fusion checks it further)
 }
 _built = {}
 
 
 def model_path(name):
     if name not in _built:
-        _built[name] = keras_application("MobileNetV2", input_shape=(96, 96, 3)) if name == "mobilenet_v2" else zoo_model(name)
+        if name == "mobilenet_v2":
+            _built[name] = keras_application("MobileNetV2", input_shape=(96, 96, 3))
+        elif name == "transformer":
+            _built[name] = transformer_encoder()
+        else:
+            _built[name] = zoo_model(name)
     return _built[name]
 
 

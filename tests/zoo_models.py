@@ -106,7 +106,14 @@ module = Features()
 tf.saved_model.save(module, target + ".building", signatures=module.__call__)
 """
 
-BUILDERS = {"din": DIN, "deepfm": DEEPFM, "tf1_training": TF1_TRAINING, "lookup": LOOKUP}
+# keras.applications in Keras 3 (not tf-keras): a few large functions instead of one per layer; model.export.
+KERAS3_APPLICATION = """
+import keras
+keras.utils.set_random_seed(0)
+keras.applications.MobileNetV3Small(weights=None, input_shape=(64, 64, 3)).export(target + ".building", verbose=False)
+"""
+
+BUILDERS = {"keras3_mobilenet_v3": KERAS3_APPLICATION, "din": DIN, "deepfm": DEEPFM, "tf1_training": TF1_TRAINING, "lookup": LOOKUP}
 
 
 def zoo_model(name):

@@ -14,10 +14,16 @@
 
 A rule with several selectors matches nodes that satisfy all of them. Optional per-rule keys:
 ``name`` (a label for the report) and ``override`` (this rule also wins over existing ids).
+
+The file is data: UTF-8 text, plain YAML without tags, bounded in size, nesting and rule count.
+Regexes run on the ``regex`` package with a time bound per match (MATCH_TIMEOUT_S). We chose it
+over RE2 because it keeps Python's regex syntax (lookarounds, backreferences) that existing rules
+files may use, is a pure dependency of one wheel, and turns a catastrophic pattern such as
+``(.*)*x`` into one error naming the rule and the node instead of a hang.
 """
-import re
 from dataclasses import dataclass
 
+import regex
 import yaml
 
 from msopt.errors import InputError
@@ -25,6 +31,10 @@ from msopt.errors import InputError
 TOP_KEYS = ("default", "override", "rules")
 RULE_KEYS = ("match", "scope", "op", "function", "stream", "name", "override")
 SELECTORS = ("match", "scope", "op", "function")
+MAX_BYTES = 1 << 20  # 1 MiB holds thousands of rules; a larger file is generated, not written
+MAX_RULES = 5000  # every node is tested against the rules in order: the work is nodes x rules
+MAX_DEPTH = 8  # a rules file nests 4 deep (mapping, list, rule, op list)
+MATCH_TIMEOUT_S = 1.0  # one regex on one node name; real patterns take microseconds
 
 
 @dataclass
@@ -34,16 +44,18 @@ class Rule:
     stream: int
     label: str
     override: bool = False
-    match: re.Pattern = None
+    match: object = None  # a compiled regex.Pattern
     scope: str = None
     ops: frozenset = None
-    function: re.Pattern = None
+    function: object = None
 
     def selects(self, node):
-        return ((self.match is None or self.match.fullmatch(node.name) is not None)
-                and (self.scope is None or node.name.startswith(self.scope))
+        """Whether this rule selects ``node`` (raises TimeoutError when a regex runs too long)."""
+        return ((self.scope is None or node.name.startswith(self.scope))
                 and (self.ops is None or node.op in self.ops)
-                and (self.function is None or self.function.fullmatch(node.function) is not None))
+                and (self.match is None or self.match.fullmatch(node.name, timeout=MATCH_TIMEOUT_S) is not None)
+                and (self.function is None
+                     or self.function.fullmatch(node.function, timeout=MATCH_TIMEOUT_S) is not None))
 
     def where(self, path):
         return f"rule {self.index}{' (' + self.label + ')' if self.label else ''} at {path}:{self.line}"
@@ -68,7 +80,7 @@ def manual(view, options):
     applied = [0] * len(spec.rules)
     for node in view.real_nodes():
         existing = node.stream
-        rule = next((r for r in spec.rules if r.selects(node)), None)
+        rule = _first_match(spec, node)
         if rule is not None:
             matched[rule.index - 1] += 1
         free = existing is None or options.override or spec.override
@@ -92,6 +104,17 @@ def manual(view, options):
     return partition
 
 
+def _first_match(spec, node):
+    for rule in spec.rules:
+        try:
+            if rule.selects(node):
+                return rule
+        except TimeoutError:
+            raise InputError(f"{rule.where(spec.path)}: its regex ran over {MATCH_TIMEOUT_S:g} s on node '{node.key}' "
+                             f"(catastrophic backtracking? simplify the pattern)") from None
+    return None
+
+
 def _check_streams(partition, sources, streams):
     for key, stream in partition.items():
         if not 0 <= stream < streams:
@@ -102,13 +125,9 @@ def _check_streams(partition, sources, streams):
 # -- reading the file ------------------------------------------------------------------------------
 def read_rules(path):
     """Parse and check a rules file; every error names the file and line."""
+    text = _read_text(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read rules file: {e.strerror}") from None
-    try:
-        loader = yaml.SafeLoader(text)
+        loader = _Loader(text, path)
         try:
             root = loader.get_single_node()
         finally:
@@ -116,7 +135,8 @@ def read_rules(path):
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise InputError(f"{where}: not valid YAML: {getattr(e, 'problem', None) or e}") from None
+        detail = getattr(e, "problem", None) or getattr(e, "reason", None) or str(e).splitlines()[0]
+        raise InputError(f"{where}: not valid YAML: {detail}") from None
     if root is None:
         raise InputError(f"{path}: the rules file is empty")
     top = _mapping(root, path, "the rules file", TOP_KEYS)
@@ -131,9 +151,58 @@ def read_rules(path):
     rules_node = top["rules"][1]
     if not isinstance(rules_node, yaml.SequenceNode):
         raise InputError(f"{path}:{_line(rules_node)}: 'rules' must be a list of rules")
+    if len(rules_node.value) > MAX_RULES:
+        raise InputError(f"{path}: {len(rules_node.value)} rules; msopt reads at most {MAX_RULES} "
+                         f"(merge rules with a regex or an op list)")
     for index, item in enumerate(rules_node.value, 1):
         spec.rules.append(_rule(item, index, path))
     return spec
+
+
+def _read_text(path):
+    """The file as text: UTF-8 (a BOM allowed), at most MAX_BYTES, no NUL bytes."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read rules file: {e.strerror}") from None
+    if len(data) > MAX_BYTES:
+        raise InputError(f"{path}: rules file is larger than {MAX_BYTES // 1024} KiB")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise InputError(f"{path}: rules file is UTF-16; save it as UTF-8")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise InputError(f"{path}:{line}: rules file is not UTF-8 text (byte 0x{data[e.start]:02x})") from None
+    nul = text.find("\0")
+    if nul >= 0:
+        raise InputError(f"{path}:{text.count(chr(10), 0, nul) + 1}: rules file contains a NUL byte")
+    return text
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe composer refusing explicit tags (``!!python/name:``, ``!!int "abc"``) and deep nesting."""
+
+    def __init__(self, text, path):
+        super().__init__(text)
+        self.path = path
+        self.depth = 0
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        tag = getattr(event, "tag", None)
+        line = event.start_mark.line + 1
+        if tag is not None:
+            shown = tag.replace("tag:yaml.org,2002:", "!!")
+            raise InputError(f"{self.path}:{line}: YAML tag '{shown}' is not allowed in a rules file (plain values only)")
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise InputError(f"{self.path}:{line}: nesting deeper than {MAX_DEPTH} levels")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 def _rule(node, index, path):
@@ -185,7 +254,11 @@ def _scalar(node, path, key):
     """(value, YAML type name) of a scalar node, e.g. (3, 'int')."""
     if not isinstance(node, yaml.ScalarNode):
         raise InputError(f"{path}:{_line(node)}: '{key}' must be a single value")
-    return yaml.SafeLoader("").construct_object(node), node.tag.rpartition(":")[2]
+    try:
+        value = yaml.SafeLoader("").construct_object(node)
+    except (ValueError, yaml.YAMLError) as e:  # e.g. an integer of more than 4,300 digits
+        raise InputError(f"{path}:{_line(node)}: '{key}' has an unreadable value: {str(e).splitlines()[0]}") from None
+    return value, node.tag.rpartition(":")[2]
 
 
 def _stream(node, path, key):
@@ -212,6 +285,6 @@ def _string(node, path, key):
 def _regex(node, path, key):
     text = _string(node, path, key)
     try:
-        return re.compile(text)
-    except re.error as e:
+        return regex.compile(text)
+    except (regex.error, ValueError, OverflowError) as e:
         raise InputError(f"{path}:{_line(node)}: invalid regex in '{key}': {text!r}: {e}") from None

@@ -1,0 +1,135 @@
+"""The property every mutated model (tests/mutations.py) must keep on the command line, and a runner.
+
+Each variant runs in-process through a proto-only command (inspect, partition without --verify,
+simulate, visualize to .dot); the property: exit 0 or 2, exactly one ``msopt: error:`` line when
+2, the input unchanged, nothing partial or stray written, an answer within TIME_LIMIT_S.
+"""
+import hashlib
+import random
+import re
+import shutil
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from msopt.cli import main
+from mutations import SEEDS, Seed, make_variant
+
+POLICIES = ["none", "auto", "chains", "towers", "stage", "embedding", "collective"]
+TIME_LIMIT_S = 30  # one command on one variant; the samples take well under a second
+RULES = ["rules:\n  - op: MatMul\n    stream: 1\n", "default: 0\nrules:\n  - match: '.*'\n    stream: 1\n",
+         "rules:\n  - scope: tower_1/\n    stream: 1\n  - function: '.*'\n    stream: 0\n", "rules: [",
+         "rules:\n  - match: '('\n    stream: 1\n"]
+
+
+# -- the property ----------------------------------------------------------------------------------
+def command_for(rng, model, where):
+    command = rng.choice(["inspect", "partition", "partition", "simulate", "visualize"])
+    if command == "inspect":
+        return ["inspect", model] + (["--json"] if rng.randrange(2) else [])
+    streams = str(rng.randint(1, 4))
+    if command == "partition":
+        options = ["--placement", "device"] if rng.randrange(2) else []
+        if rng.randrange(6) == 0:
+            rules = where / "rules.yaml"
+            rules.write_text(rng.choice(RULES))
+            options += ["--rules", rules, "--override"]
+        else:
+            options += ["--policy", rng.choice(POLICIES)]
+        if rng.randrange(4) == 0:
+            options += ["--no-const-dup", "--batch-size", str(rng.choice([1, 64, 2**40]))]
+        return ["partition", model, "--streams", streams, "-o", where / "out", *options]
+    if command == "simulate":
+        return ["simulate", model, "--streams", streams, "--policy", rng.choice(POLICIES), "--target",
+                rng.choice(["h100", "t4", "v100"]), "--batch-size", str(rng.choice([1, 7, 2**31 - 1]))]
+    return ["visualize", model, "-o", where / "out.dot", "--streams", streams, "--policy", rng.choice(POLICIES),
+            "--depth", str(rng.choice([1, 2, 64]))] + (["--expand", rng.choice(["model", "tower_1", "a/b"])] if rng.randrange(4) == 0 else [])
+
+
+def digest(path):
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.name.encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+class _Timeout(BaseException):  # not an Exception: msopt's own handler must not turn it into an exit code
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Timeout()
+
+
+def check(args, model, where):
+    """Run one command; returns (exit code, problem or None)."""
+    before = digest(model)
+    entries = {p.name for p in where.iterdir()}
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(TIME_LIMIT_S)
+    try:
+        result = CliRunner().invoke(main, [str(a) for a in args], prog_name="msopt")
+    except _Timeout:
+        return "hang", f"no answer within {TIME_LIMIT_S} s"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    code = result.exit_code
+    if isinstance(result.exception, _Timeout):
+        return "hang", f"no answer within {TIME_LIMIT_S} s"
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    if code not in (0, 2):
+        detail = errors[-1] if errors else repr(result.exception)
+        return code, f"exit {code}: {detail}"
+    if code == 2 and (len(errors) != 1 or not errors[0].startswith("msopt: error: ")):
+        return code, f"exit 2 with {len(errors)} stderr lines: {errors[:3]}"
+    if digest(model) != before:
+        return code, "the input changed"
+    after = {p.name for p in where.iterdir()} - entries
+    expected = {"out", "out.dot"} & after if code == 0 else set()
+    if after != expected:
+        return code, f"stray or partial output: {sorted(after - expected)}"
+    if code == 0 and args[0] == "partition":
+        out = where / "out"
+        if not (out / "saved_model.pb").is_file() and not out.is_file():
+            return code, "partition succeeded without a complete output"
+    if code == 2:
+        check.last_error = errors[0]
+    return code, None
+
+
+def error_kind(line):
+    """An error line without its file, node and values: what kind of refusal it is."""
+    text = re.sub(r"'[^']*'|\[[^\]]*\]|\d+|\S+: (?=)", "_", line.replace("msopt: error: ", "", 1))
+    text = re.sub(r"^\S*(sample_models|v\d+)\S*", "", text).strip()
+    return " ".join(text.split()[:7])
+
+
+def run(count, seed, workdir, progress=None):
+    """Run ``count`` variants; returns (Counter of exit codes, [(index, description, args, problem)], seconds,
+    Counter of refusal kinds)."""
+    rng = random.Random(seed)
+    seeds = [Seed(name) for name, _ in SEEDS]
+    codes, problems, kinds = Counter(), [], Counter()
+    started = time.perf_counter()
+    for i in range(count):
+        where = Path(workdir) / f"v{i}"
+        where.mkdir()
+        sample, data, description = make_variant(rng, seeds)
+        model = sample.write(data, where)
+        args = command_for(rng, model, where)
+        check.last_error = None
+        code, problem = check(args, model, where)
+        codes[code] += 1
+        if check.last_error:
+            kinds[error_kind(check.last_error)] += 1
+        if problem:
+            problems.append((i, f"{sample.name}: {description}", [str(a) for a in args], problem))
+        shutil.rmtree(where, ignore_errors=True)
+        if progress:
+            progress(i + 1, codes)
+    return codes, problems, time.perf_counter() - started, kinds
