@@ -6,8 +6,6 @@ nodes so that edges from them are explicit; they carry no NodeDef and are never 
 """
 from collections import Counter
 
-from msopt.order import kahn_order  # noqa: F401  (the one topological sort; validate reads it here)
-
 MAIN = ""  # the function name of the main graph
 STREAM_ATTR = "_stream_id"
 
