@@ -86,7 +86,7 @@ def executed_differences(before, after, signature, feeds, devices, soft_placemen
     try:
         graphs = [_executed(exe, signature, feeds, devices, soft_placement) for exe in (before, after)]
     except Exception as e:  # the runs themselves succeeded a moment ago; explaining is best effort
-        return [{"node": None, "why": f"could not trace the runs: {first_line(e)}"}]
+        return [{"node": None, "why": f"could not trace the runs: {error_line(e)}"}]
     old, new = graphs
     rows = []
     for name in sorted(set(old) | set(new)):

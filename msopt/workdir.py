@@ -66,6 +66,9 @@ def runs_models(function):
 
     @functools.wraps(function)
     def in_private_cwd(*args, **kwargs):
+        from msopt.execute import import_tensorflow
+
+        import_tensorflow()  # first: it keeps the terminal for sys.stderr, so it must see fd 2 not yet held back
         args = [absolute(a) for a in args]
         kwargs = {k: absolute(v) for k, v in kwargs.items()}
         with private_cwd(), held_native_stderr():
