@@ -31,7 +31,8 @@ def side_by_side(path, blocks, steps, batch_size):
     from msopt.inputs import random_inputs
     from msopt.graph import GraphView
     from msopt.load import load
-    from msopt.runner import Runner, measure
+    from msopt.runner.placed_model import Runner
+    from msopt.runner.timing import measure
 
     model = load(path)
     runner = Runner(model, GraphView(model.graph_def), 1, "cpu")

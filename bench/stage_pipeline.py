@@ -91,8 +91,8 @@ class Bench:
     def __init__(self, path, boundary, records, batch_size, intra=1, inter=2):
         from msopt.graph import GraphView
         from msopt.load import load
-        from msopt.runner import Runner
-        from msopt.stage_pipeline import SessionSplit
+        from msopt.runner.placed_model import Runner
+        from msopt.runner.stage import SessionSplit
 
         model = load(path)
         self.runner = Runner(model, GraphView(model.graph_def), 1, "cpu", intra_op_threads=intra, inter_op_threads=inter)
@@ -145,7 +145,7 @@ class Bench:
         return self.records / (time.perf_counter() - started), outputs
 
     def pipelined(self, threads, capacity):
-        from msopt.stage_pipeline import StagePipeline
+        from msopt.runner.stage_pipeline import StagePipeline
 
         n, outputs = len(self.feeds), []
         pipeline = StagePipeline(lambda i: (i, self.split.upstream(self.feeds[i % n])),
@@ -180,7 +180,7 @@ def calibrate(tmp, samples, batch_size):
 
 def one_round(bench, args):
     """Each part alone, the unpipelined run and the pipelined run, back to back."""
-    from msopt.verify import compare_outputs
+    from msopt.runner.verify import compare_outputs
 
     t_stage, t_main = bench.part_times()
     capacity = bench.parallel_capacity()

@@ -11,7 +11,7 @@ import click
 from msopt.errors import CheckFailed, InputError
 
 # Commands living in their own modules, loaded only when run or listed.
-LAZY_COMMANDS = {"run": "msopt.run_command:run", "simulate": "msopt.simulate_cli:simulate",
+LAZY_COMMANDS = {"run": "msopt.commands.run:run", "simulate": "msopt.simulate_cli:simulate",
                  "visualize": "msopt.visualize_command:visualize"}
 MAX_WARNINGS = 10  # unmatched rules listed one by one; the rest are counted
 

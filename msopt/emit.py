@@ -34,7 +34,7 @@ def check_output(model, out, force):
 
 
 def device_name(device_type, stream):
-    """Stream k's device: k-th device of ``device_type`` ("cpu"/"gpu"), or a msopt.gpu_layout.GpuLayout's choice."""
+    """Stream k's device: k-th device of ``device_type`` ("cpu"/"gpu"), or a msopt.runner.gpu_layout.GpuLayout's choice."""
     if not isinstance(device_type, str):
         return device_type.device_name(stream)
     return f"/device:{device_type.upper()}:{stream}"

@@ -91,7 +91,7 @@ def place(graph=None, streams=None, device_type="gpu", gpus=None):
     plan, merges = constraints.apply(view, partition, count)
     devices = device_type
     if device_type == "gpu":
-        from msopt.gpu_layout import GpuLayout
+        from msopt.runner.gpu_layout import GpuLayout
 
         devices = GpuLayout(count, _gpu_count(gpus))
     for op in graph.get_operations():
@@ -108,9 +108,9 @@ def session_config(multi_stream_num, use_multi_stream=True, device_type="gpu", c
 
     DeepRec gives each stream a virtual GPU; so does this, over ``gpus`` GPUs (default: every GPU
     this process sees, CUDA_VISIBLE_DEVICES honoured): one ``VirtualDevices`` entry per GPU, each
-    with ceil(multi_stream_num / gpus) devices (stream k on GPU k mod gpus, see msopt.gpu_layout),
+    with ceil(multi_stream_num / gpus) devices (stream k on GPU k mod gpus, see msopt.runner.gpu_layout),
     and ``visible_device_list`` naming those GPUs. Each device gets ``memory_limit_mb`` (default an
-    equal share of 90% of its GPU's memory, read as msopt.gpu_inventory does). With
+    equal share of 90% of its GPU's memory, read as msopt.runner.gpu_inventory does). With
     ``device_type="cpu"``: ``multi_stream_num`` CPU devices. ``config`` is copied, not changed.
 
     Run it, and create the Session from it, before any eager op touches a GPU: TensorFlow creates
@@ -118,7 +118,7 @@ def session_config(multi_stream_num, use_multi_stream=True, device_type="gpu", c
     """
     import tensorflow as tf
 
-    from msopt.gpu_layout import per_gpu
+    from msopt.runner.gpu_layout import per_gpu
 
     result = tf.compat.v1.ConfigProto()
     if config is not None:
@@ -149,14 +149,14 @@ def _gpu_count(gpus):
         if not isinstance(gpus, int) or gpus < 1:
             raise ValueError(f"gpus must be an integer >= 1, got {gpus!r}")
         return gpus
-    from msopt.gpu_inventory import visible_gpus
+    from msopt.runner.gpu_inventory import visible_gpus
 
     return max(1, len(visible_gpus()))
 
 
 def _gpu_memory_mb(count):
     from msopt.errors import InputError
-    from msopt.gpu_inventory import memory_mb
+    from msopt.runner.gpu_inventory import memory_mb
 
     try:
         return memory_mb(count)

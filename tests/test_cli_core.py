@@ -58,7 +58,7 @@ def test_verify_detects_a_changed_model(sample, tmp_path):
 
     from msopt import emit, protos
     from msopt.load import load
-    from msopt.verify import verify
+    from msopt.runner.verify import verify
 
     model = load(sample("linreg_frozen.pb"))
     out = emit.write(model, {}, tmp_path / "changed.pb")
@@ -106,7 +106,7 @@ def test_verify_reports_a_rewritten_model_that_fails_to_run(sample, tmp_path):
     """A rewrite TensorFlow cannot execute is a failed check (exit 1 in the CLI), not an internal error."""
     from msopt import emit, protos
     from msopt.load import load
-    from msopt.verify import verify
+    from msopt.runner.verify import verify
 
     model = load(sample("linreg_frozen.pb"))
     out = emit.write(model, {}, tmp_path / "broken.pb")

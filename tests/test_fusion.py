@@ -408,7 +408,7 @@ def test_mobilenet_chains_still_verifies(msopt, mobilenet_v2, tmp_path):
 VERIFY = r'''
 import json, sys
 from msopt.load import load
-from msopt.verify import verify
+from msopt.runner.verify import verify
 tolerance = None if sys.argv[3] == "none" else float(sys.argv[3])
 print(json.dumps(verify(load(sys.argv[1]), load(sys.argv[2]), 2, tolerance=tolerance)))
 '''

@@ -14,14 +14,14 @@ import pytest
 from google.protobuf import text_format
 
 from conftest import SAMPLES, run_msopt
-from msopt import gpu_layout
+from msopt.runner import gpu_layout
 from msopt.errors import InputError
-from msopt.gpu_inventory import driver_gpus, memory_mb, resolve_visible, uuids_for, visible_gpus
-from msopt.gpu_layout import GpuLayout, stream_device
+from msopt.runner.gpu_inventory import driver_gpus, memory_mb, resolve_visible, uuids_for, visible_gpus
+from msopt.runner.gpu_layout import GpuLayout, stream_device
 from msopt.graph import GraphView
 from msopt.load import load
-from msopt.runner import virtual_devices
-from msopt.trace import costs_document, executed_devices, executed_names, has_kernel_rows, row_kind
+from msopt.runner.devices import virtual_devices
+from msopt.runner.trace import costs_document, executed_devices, executed_names, has_kernel_rows, row_kind
 
 HERE = Path(__file__).resolve().parent
 BIN = HERE / "bin"
@@ -322,8 +322,8 @@ def test_a_jit_compile_function_call_keeps_its_body_on_the_callers_stream():
 def test_a_tensorflow_error_creating_a_session_is_an_input_error_with_its_cause():
     import tensorflow as tf
 
-    from msopt.execute import Executable
-    from msopt.runner import tensorflow_errors
+    from msopt.runner.executable import Executable
+    from msopt.runner.devices import tensorflow_errors
 
     config = tf.compat.v1.ConfigProto(device_count={"CPU": 0})
     with pytest.raises(InputError, match="TensorFlow cannot create a Session: No CPU devices are available"):
@@ -332,7 +332,7 @@ def test_a_tensorflow_error_creating_a_session_is_an_input_error_with_its_cause(
 
 
 def test_cpu_sessions_for_verify_count_no_gpu():
-    from msopt.execute import Executable
+    from msopt.runner.executable import Executable
 
     executable = Executable(load(SAMPLES / "linreg_tf1"), 2, "cpu")
     try:
@@ -344,7 +344,7 @@ def test_cpu_sessions_for_verify_count_no_gpu():
 
 def test_cpu_device_hides_the_gpus_before_the_context_starts():
     code = ("import os, tensorflow as tf\n"
-            "from msopt.runner import configure_devices\n"
+            "from msopt.runner.devices import configure_devices\n"
             "kind, config = configure_devices(tf, 2, 'cpu')\n"
             "print(kind, config.device_count['GPU'], len(tf.config.get_visible_devices('GPU')),\n"
             "      len(tf.config.list_logical_devices('CPU')))\n")
@@ -357,7 +357,7 @@ def test_cpu_device_hides_the_gpus_before_the_context_starts():
 def test_bitwise_compare_on_a_gpu_turns_tf32_off_and_determinism_on():
     code = ("import tensorflow as tf\n"
             "from tensorflow.python.framework import config\n"
-            "from msopt.runner import bitwise_gpu_numerics\n"
+            "from msopt.runner.devices import bitwise_gpu_numerics\n"
             "doc = bitwise_gpu_numerics(tf)\n"
             "print(tf.config.experimental.tensor_float_32_execution_enabled(),\n"
             "      config.is_op_determinism_enabled(), doc['tensor_float_32'])\n")

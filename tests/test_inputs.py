@@ -5,7 +5,7 @@ import pytest
 from conftest import run_msopt
 from msopt import protos
 from msopt.errors import InputError
-from msopt.execute import error_line
+from msopt.runner.tensorflow_runtime import error_line
 from msopt.graph import GraphView
 from msopt.inputs import InputGenerator
 from msopt.protos import DTYPE_NAMES

@@ -11,11 +11,13 @@ import pytest
 from conftest import SAMPLES
 from msopt.errors import InputError
 from msopt.graph import GraphView
+from msopt.inputs import check_input
 from msopt.load import load
-from msopt.run_command import _worker_args
-from msopt.runner import check_input, parse_priorities, set_visible_gpus, streams_in
-from msopt.stage_pipeline import StageFailed, StagePipeline
-from msopt.trace import executed_names
+from msopt.runner.config import RunConfig
+from msopt.runner.devices import parse_priorities, set_visible_gpus
+from msopt.runner.placed_model import streams_in
+from msopt.runner.stage_pipeline import StageFailed, StagePipeline
+from msopt.runner.trace import executed_names
 
 BIN = Path(__file__).resolve().parent / "bin"
 
@@ -93,8 +95,8 @@ def test_priorities_and_visible_gpus(monkeypatch):
 
 
 def test_gpu_memory_from_nvidia_smi(monkeypatch):
-    from msopt.gpu_inventory import memory_mb
-    from msopt.mps import list_gpus
+    from msopt.runner.gpu_inventory import memory_mb
+    from msopt.runner.mps import list_gpus
 
     monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -103,10 +105,18 @@ def test_gpu_memory_from_nvidia_smi(monkeypatch):
         memory_mb(2)
 
 
-def test_worker_arguments_drop_what_only_the_parent_does():
-    argv = ["msopt", "run", "m", "--mps", "--replicas", "3", "--mps-threads=20", "-k", "5", "--json", "--device", "cpu",
-            "--gpus", "1,2"]  # --gpus: the workers inherit CUDA_VISIBLE_DEVICES (by UUID under MPS)
-    assert _worker_args(argv) == ["m", "-k", "5", "--device", "cpu"]
+def test_worker_configuration_drops_what_only_the_parent_does():
+    parent = RunConfig(model="m", mps=True, replicas=3, mps_threads=20, iterations=5, device="cpu",
+                       gpus="1,2")  # --gpus: the workers inherit CUDA_VISIBLE_DEVICES (by UUID under MPS)
+    worker = RunConfig.from_json(parent.for_worker().to_json(), worker_barrier="b", worker_replicas=3)
+    assert worker == RunConfig(model="m", iterations=5, device="cpu", worker_barrier="b", worker_replicas=3)
+
+
+def test_worker_configuration_is_data_only():
+    with pytest.raises(InputError, match="fields of RunConfig"):
+        RunConfig.from_json('{"model": "m", "__class__": "os.system"}')
+    with pytest.raises(InputError, match="not JSON"):
+        RunConfig.from_json("model: m")
 
 
 def test_executed_names_follow_function_calls():
@@ -117,3 +127,17 @@ def test_executed_names_follow_function_calls():
     assert names["StatefulPartitionedCall/StatefulPartitionedCall/MatMul_1"] == f"{serve}:MatMul_1"
     assert names["weight_x"] == "weight_x"
     assert streams_in(view) == 2
+
+
+def test_verify_says_in_one_line_when_it_cannot_trace_the_runs():
+    """Explaining a difference is best effort: a trace that fails is reported, not a NameError."""
+    from msopt.runner.executable import Executable
+    from msopt.runner.verify import executed_differences
+
+    executable = Executable(load(SAMPLES / "linreg_tf1"), 1, "cpu")
+    try:
+        rows = executed_differences(executable, executable, "no_such_signature", {}, 1)
+    finally:
+        executable.close()
+    assert len(rows) == 1 and rows[0]["node"] is None
+    assert rows[0]["why"].startswith("could not trace the runs:") and "no_such_signature" in rows[0]["why"]

@@ -1,8 +1,9 @@
 """R worker processes running the same model at once, their throughput and latency aggregated.
 
-Each worker is ``msopt run`` itself with a hidden start barrier: it loads and warms up, announces it
-is ready, and starts measuring only when every worker is ready, so the measured windows overlap.
-Works on the CPU as well as on a shared GPU (with CUDA MPS, see msopt.mps).
+Each worker is ``msopt run`` itself, given the parent's RunConfig as a JSON file and a hidden start
+barrier: it loads and warms up, announces it is ready, and starts measuring only when every worker
+is ready, so the measured windows overlap.
+Works on the CPU as well as on a shared GPU (with CUDA MPS, see msopt.runner.mps).
 
 Nothing outlives the run. Each worker leads a process group of its own (a terminal's Ctrl-C reaches the
 parent only), and whatever ends the parent (an error, Ctrl-C, SIGTERM, SIGHUP) stops the groups and
@@ -105,18 +106,59 @@ def wait_for_start(barrier):
         time.sleep(POLL_S / 4)
 
 
-def run_replicas(worker_args, count, env=None, on_ready=None):
-    """Start ``count`` workers (``msopt run`` + ``worker_args``), release them together, aggregate their reports.
+def run_replicated(config, loaded, progress):
+    """``config.replicas`` workers running ``config`` at once (under MPS with ``config.mps``), one report over them.
 
-    ``on_ready(pids)`` runs once every worker is loaded and warmed up, before they are released."""
+    Checks first what it can without TensorFlow: the signature and the --inputs file."""
+    from msopt.inputs import read_npz
+    from msopt.inspect import signatures
+    from msopt.runner.feeds import choose_signature
+
+    specs = signatures(loaded)
+    if specs:
+        name = choose_signature(specs, config.signature)
+        if config.inputs_npz:
+            read_npz(config.inputs_npz, specs[name]["inputs"])
+    worker = config.for_worker()
+    if not config.mps:
+        progress(f"starting {config.replicas} replicas")
+        return {**run_replicas(worker, config.replicas), "mps": None}
+    from msopt.runner.mps import MpsDaemon, check_client_limit, visible_by_uuid
+
+    daemon = MpsDaemon()  # checks first that the NVIDIA tools are there
+    check_client_limit(config.replicas)
+    visible_by_uuid()  # the daemon remaps indices; UUIDs name the same GPUs for it and its clients
+    with daemon:
+        progress(f"MPS daemon on {daemon.pipe_dir}; starting {config.replicas} replicas")
+        document = run_replicas(worker, config.replicas, env=daemon.client_env(config.mps_threads),
+                                on_ready=daemon.check_clients)
+        daemon.check_alive()
+        document["mps"] = {**daemon.describe(), "active_thread_percentage": config.mps_threads,
+                           "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    for k, replica in enumerate(document["per_replica"]):
+        if replica.get("device_type") != "gpu":
+            raise CheckFailed(f"--mps: replica {k} ran on the {replica.get('device_type') or 'unknown device'}, "
+                              f"not a GPU: TensorFlow saw no GPU there, so MPS had no effect")
+    return document
+
+
+def run_replicas(worker, count, env=None, on_ready=None):
+    """Start ``count`` workers running the RunConfig ``worker``, release them together, aggregate their reports.
+
+    Each worker is ``msopt run MODEL --worker-config FILE``, FILE holding ``worker`` as JSON, with its place
+    in the run as hidden options. ``on_ready(pids)`` runs once every worker is loaded and warmed up, before
+    they are released."""
     with _stop_signals_exit(), tempfile.TemporaryDirectory(prefix="msopt-replicas-") as barrier:
         barrier = Path(barrier)
         worker_tmp = barrier / "tmp"  # the workers' temporary files, removed with the run
         worker_tmp.mkdir()
+        config_file = barrier / "config.json"
+        config_file.write_text(worker.to_json())
         procs = []
         try:
             for k in range(count):
-                args = [sys.executable, "-m", "msopt", "run", *worker_args, "--json", "--worker-barrier", str(barrier)]
+                args = [sys.executable, "-m", "msopt", "run", worker.model, "--worker-config", str(config_file),
+                        "--worker-replicas", str(worker.worker_replicas), "--json", "--worker-barrier", str(barrier)]
                 worker_env = {**os.environ, **(env or {}), "MSOPT_REPLICA": str(k), PARENT_ENV: str(os.getpid()),
                               "TMPDIR": str(worker_tmp)}
                 # Files, not pipes: a worker never blocks on output nobody reads yet.

@@ -1,103 +1,9 @@
-"""Run a model's signatures in TensorFlow on N logical devices: shared by --verify and the runner.
-
-TensorFlow is imported here, inside functions, and nowhere on the proto-only paths.
-"""
-import contextlib
-import io
-import logging
-import os
-import re
-import sys
-import tempfile
-import warnings
-
+"""The executable: a model's signatures run in TensorFlow on numpy feeds, in a TF1 Session or as TF2 functions."""
 from msopt.errors import InputError
 from msopt.inspect import signatures as signature_specs
 from msopt.protos import DTYPE_NAMES
-
-_configured = {}  # device type -> logical devices configured in this process (TF2 runtime)
-_held = []  # the terminal's fd once TensorFlow's runtime logs are held back (once per process)
-
-
-@contextlib.contextmanager
-def quiet_native_stderr():
-    """Hold back what TensorFlow's C++ runtime prints at start-up (absl logs ignore
-    TF_CPP_MIN_LOG_LEVEL before initialization); replay it on failure or with MSOPT_DEBUG."""
-    if os.environ.get("MSOPT_DEBUG"):
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
-        try:
-            yield
-        except BaseException:
-            os.dup2(saved, 2)
-            held.seek(0)
-            sys.stderr.write(held.read().decode(errors="replace"))
-            raise
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-
-
-def import_tensorflow():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    with quiet_native_stderr():
-        import tensorflow as tf
-
-        tf.get_logger().setLevel("ERROR")
-        tf.config.list_physical_devices()  # initializes the platforms (and their start-up logs)
-    hold_runtime_logs()
-    return tf
-
-
-def hold_runtime_logs():
-    """Keep TensorFlow's own log lines (C++ runtime, absl, Python warnings) off the user's stderr for the rest
-    of the process, unless MSOPT_DEBUG is set: fd 2 goes to /dev/null and Python's sys.stderr keeps the
-    terminal. Only when sys.stderr is this process's fd 2 (not under a test harness that captured it)."""
-    if os.environ.get("MSOPT_DEBUG") or _held:
-        return
-    logging.getLogger("absl").setLevel(logging.ERROR)
-    logging.getLogger("tensorflow").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", module=r"(tensorflow|tf_keras|keras|absl)(\.|$)")
-    try:
-        if sys.stderr.fileno() != 2:
-            return
-    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
-        return
-    sys.stderr.flush()
-    terminal = os.dup(2)
-    sys.stderr = io.TextIOWrapper(os.fdopen(terminal, "wb", buffering=0), encoding=sys.stderr.encoding or "utf-8",
-                                  errors="backslashreplace", line_buffering=True, write_through=True)
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 2)
-    os.close(null)
-    _held.append(terminal)
-
-
-def configure_logical_devices(tf, count, device_type="cpu"):
-    """Split the first physical device into ``count`` logical ones (once per process)."""
-    kind = device_type.upper()
-    have = _configured.get(kind)
-    if have is not None:
-        if have < count:
-            raise InputError(f"this process already configured {have} logical {kind} devices; {count} were asked")
-        return
-    physical = tf.config.list_physical_devices(kind)
-    if not physical:
-        raise InputError(f"no {kind} device is available to TensorFlow (use --device-type cpu)")
-    config = [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
-    if kind == "GPU":
-        raise InputError("GPU virtual devices are configured by msopt run, not by --verify")
-    try:  # CPU streams: hide the GPUs before the context starts, or unassigned ops would run on GPU:0
-        tf.config.set_visible_devices([], "GPU")
-    except RuntimeError:
-        if tf.config.get_visible_devices("GPU"):
-            raise InputError("TensorFlow already initialized its GPUs in this process") from None
-    tf.config.set_logical_device_configuration(physical[0], config)
-    _configured[kind] = count
+from msopt.runner.devices import configure_devices, logical_devices
+from msopt.runner.tensorflow_runtime import error_line, import_tensorflow
 
 
 class Executable:
@@ -110,16 +16,21 @@ class Executable:
         self.tf = tf = import_tensorflow()
         self.model = model
         self.specs = signature_specs(model)
+        if session_config is None:  # --verify: this process's devices, configured as msopt run configures them
+            device_type, session_config = configure_devices(tf, devices, device_type)
+            session_config.allow_soft_placement = soft_placement
+            if model.format == "saved_model" and model.is_tf2:
+                have = logical_devices(tf, device_type)
+                if have < devices:
+                    raise InputError(f"this process already configured {have} logical {device_type.upper()} devices; "
+                                     f"{devices} were asked")
+                eager = True
         self._session_config = session_config
-        if model.format == "saved_model" and model.is_tf2 and (session_config is None or eager):
-            if session_config is None:
-                configure_logical_devices(tf, devices, device_type)
-            else:
-                soft_placement = session_config.allow_soft_placement
-            tf.config.set_soft_device_placement(soft_placement)
+        if model.format == "saved_model" and model.is_tf2 and eager:
+            tf.config.set_soft_device_placement(session_config.allow_soft_placement)
             self._load_tf2()
         else:
-            self._load_tf1(devices, device_type, soft_placement, variable_values)
+            self._load_tf1(variable_values)
 
     # -- TF2: functions called eagerly ------------------------------------------------------
     def _load_tf2(self):
@@ -140,13 +51,11 @@ class Executable:
         self._functions = dict(self._loaded.signatures)
 
     # -- TF1: a Session over the graph -------------------------------------------------------
-    def _load_tf1(self, devices, device_type, soft_placement, variable_values):
+    def _load_tf1(self, variable_values):
         tf = self.tf
         v1 = tf.compat.v1
-        counts = {device_type.upper(): devices, **({"GPU": 0} if device_type.upper() == "CPU" else {})}
-        config = self._session_config or v1.ConfigProto(device_count=counts, allow_soft_placement=soft_placement)
         self.graph = tf.Graph()
-        self.session = v1.Session(graph=self.graph, config=config)
+        self.session = v1.Session(graph=self.graph, config=self._session_config)
         try:
             with self.graph.as_default():
                 if self.model.format == "saved_model":
@@ -237,32 +146,3 @@ class Executable:
     def close(self):
         if getattr(self, "session", None) is not None:
             self.session.close()
-
-
-NOISE = re.compile(r"^(Graph execution error:|Detected at node|Node: |File |<stack traces unavailable>|"
-                   r"Original stack trace|\d+ root error\(s\) found|\d+ successful operations|"
-                   r"\d+ derived errors ignored|Additional GRPC error information)")
-
-
-def error_line(error):
-    """One line from a TensorFlow error: the node and the reason TensorFlow gives, not its first line.
-
-    TensorFlow's runtime errors read "Graph execution error:", then where the node was defined,
-    then the reason, then ``[[{{node NAME}}]]``: the reason is the line before that marker.
-    """
-    text = str(getattr(error, "message", None) or error).strip()
-    node = re.search(r"\[\[\{\{node ([^}]+)\}\}", text) or re.search(r"Detected at node '?([^'\s]+)'?", text)
-    lines = [line.strip() for line in text.splitlines()]
-    marker = next((i for i, line in enumerate(lines) if "[[{{node" in line), len(lines))
-    reason = ""
-    for line in reversed(lines[:marker + 1]):
-        line = re.sub(r"\s*\[\[\{\{node [^}]+\}\}\]\].*$", "", line).strip()
-        line = re.sub(r"^\(\d+\) [A-Z_]+: ", "", line)
-        if line and not NOISE.match(line):
-            reason = line
-            break
-    reason = reason or next((line for line in lines if line and not NOISE.match(line)), "") or type(error).__name__
-    reason = reason[:300]
-    if node and node.group(1) not in reason:
-        return f"node '{node.group(1)}': {reason}"
-    return reason

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from msopt.errors import CheckFailed, InputError
-from msopt.gpu_inventory import SMI, compute_capabilities, nvidia_smi, uuids_for
+from msopt.runner.gpu_inventory import SMI, compute_capabilities, nvidia_smi, uuids_for
 
 CONTROL = "nvidia-cuda-mps-control"
 DEFAULT_PIPE_DIRECTORY = "/tmp/nvidia-mps"

@@ -66,7 +66,7 @@ def runs_models(function):
 
     @functools.wraps(function)
     def in_private_cwd(*args, **kwargs):
-        from msopt.execute import import_tensorflow
+        from msopt.runner.tensorflow_runtime import import_tensorflow
 
         import_tensorflow()  # first: it keeps the terminal for sys.stderr, so it must see fd 2 not yet held back
         args = [absolute(a) for a in args]

@@ -4,9 +4,13 @@ A Session inlines function bodies and names their nodes by the call path (``call
 ``executed_names`` maps those names back to graph-view keys (``function:op``), so the costs file
 speaks the same node keys as every partition. The costs file is ``{"unit": "us", "ops": {key: us}}``.
 """
+import json
 from collections import defaultdict
 
+import click
+
 from msopt.graph import MAIN
+from msopt.outputs import write_bytes
 
 
 def executed_names(view, root=MAIN):
@@ -152,3 +156,36 @@ def costs_document(run_metadatas, names):
     if host:
         document["host_ops"] = host
     return document, unmapped
+
+
+def trace_run(runner, name, feeds, config, progress):
+    """--trace/--profile: ``config.trace_steps`` fully traced steps of signature ``name``, written out and summarized."""
+    progress(f"tracing {config.trace_steps} steps")
+    metadata = runner.traced_steps(name, feeds, config.trace_steps)
+    names = executed_names(runner.view)
+    placed = executed_devices(metadata[-1], names)
+    streams_on = {}
+    for key, stream in runner.partition.items():
+        if key in placed:
+            streams_on.setdefault(str(stream), {}).setdefault(placed[key], 0)
+            streams_on[str(stream)][placed[key]] += 1
+    result = {"executed": {"nodes_traced": len(placed), "stream_to_device": streams_on}}
+    if runner.layout is not None:  # the physical GPU (visible index) behind each stream's devices
+        result["executed"]["stream_to_gpu"] = {
+            stream: sorted({runner.layout.gpu_of_device(d) for d in devices} - {None})
+            for stream, devices in streams_on.items()}
+    if config.trace_path:
+        _write_json(config.trace_path, chrome_trace(metadata, names))
+        result["trace"] = config.trace_path
+    if config.profile_path:
+        costs, unmapped = costs_document(metadata, names)
+        _write_json(config.profile_path, costs)
+        result["profile"] = {"path": config.profile_path, "ops": len(costs["ops"]), "unmapped_executed_nodes": unmapped}
+        if runner.device_type == "gpu" and not has_kernel_rows(metadata):
+            result["profile"]["note"] = "no GPU kernel rows (is CUPTI loadable?): GPU ops are charged launch times"
+            click.echo(f"msopt: note: {result['profile']['note']}", err=True)
+    return result
+
+
+def _write_json(path, document):
+    write_bytes(path, json.dumps(document, indent=2, default=str).encode())

@@ -1,111 +1,59 @@
-"""A stage pipeline: the upstream part of a model runs ahead in threads into a bounded, ordered buffer.
+"""--stage: a model cut at boundary tensors into two Session calls, measured through the stage pipeline.
 
-Like DeepRec's ``tf.staged`` prefetch, applied to an exported model split at boundary tensors, with
-one difference: no record is ever dropped or reordered. A producer may run at most ``capacity``
-records ahead of the consumer; when the buffer is full it waits (and that wait is reported) rather
-than discarding its record after a timeout. The consumer takes records strictly in order.
+The upstream call (inputs -> boundary) runs ahead in msopt.runner.stage_pipeline's threads; every
+delivered record is checked against the unpipelined run of the same graph.
 """
-import threading
-import time
+from msopt import protos
+from msopt.errors import CheckFailed, InputError
+from msopt.load import Model
+from msopt.runner.executable import Executable
+from msopt.runner.stage_pipeline import StagePipeline
+from msopt.runner.trace import executed_names
+from msopt.runner.verify import compare_outputs
 
 
-class StageFailed(Exception):
-    """The upstream part failed on a record; carries the record index and the original error."""
+def run_stage(runner, view, name, feeds, model_outputs, config, progress):
+    """The --stage figures of signature ``name``: the pipelined records against the unpipelined ones."""
+    executable, names = cuttable(runner, name)
+    if config.stage_boundary:
+        boundary = boundary_tensors(executable.graph, names, given=config.stage_boundary.split(","))
+    else:
+        boundary = boundary_tensors(executable.graph, names, edges=_stage_rule_edges(view))
+    split = SessionSplit(executable, name, boundary)
+    count, n = config.iterations, len(feeds)
+    # The unpipelined run: the whole signature on the same graph, record by record.
+    whole = [executable.step(name, f)() for f in feeds]
+    model_diff = max(compare_outputs(m, w)[1] for m, w in zip(model_outputs, whole))
+    for i in range(min(config.warmup, n)):
+        split.downstream(split.upstream(feeds[i]), feeds[i])
+    mismatches = []
 
-    def __init__(self, record, error):
-        super().__init__(f"upstream part failed on record {record}: {error}")
-        self.record = record
-        self.error = error
+    def deliver(i, outputs):  # every record, in the order delivered, against its own unpipelined outputs
+        if not compare_outputs(whole[i % n], outputs)[0]:
+            mismatches.append(i)
+
+    pipeline = StagePipeline(lambda i: (i, split.upstream(feeds[i % n])),
+                             lambda item: split.downstream(item[1], feeds[item[0] % n]),
+                             config.stage_threads, config.stage_capacity)
+    progress(f"pipelining {count} records through {config.stage_threads} stage thread(s)")
+    stats = pipeline.run(count, deliver)
+    stats["identical_to_unpipelined"] = not mismatches
+    if mismatches:
+        raise CheckFailed(f"--stage: record {mismatches[0]} differs from the unpipelined run")
+    frozen = executable is not runner.session_executable
+    return {**split.describe(), **stats, "graph": "frozen copy of the TF2 signature" if frozen else "the model's graph",
+            "max_abs_diff_to_model": model_diff}
 
 
-class StagePipeline:
-    """``upstream(i) -> item`` in ``threads`` threads feeding ``downstream(item) -> result`` in the caller's thread."""
+def _stage_rule_edges(view):
+    """Edges from the stage rule's stage stream into the rest (the rule marks the input subgraph)."""
+    from msopt.rules import POLICIES, PartitionOptions, run_policy
 
-    def __init__(self, upstream, downstream, threads=1, capacity=1):
-        if threads < 1 or capacity < 1:
-            raise ValueError("threads and capacity must be at least 1")
-        self.upstream = upstream
-        self.downstream = downstream
-        self.threads = threads
-        self.capacity = capacity
-
-    def run(self, count, deliver=None):
-        """Push records 0..count-1 through both parts; ``deliver(i, result)`` sees them in order.
-
-        Returns the statistics: wall time, busy and blocked seconds on each side, the largest
-        number of records buffered at once, and the records delivered (always ``count``).
-        """
-        cond = threading.Condition()
-        state = {"claim": 0, "consume": 0, "error": None, "up_blocked": 0.0, "up_busy": 0.0, "peak": 0}
-        ready = {}
-        clock = time.perf_counter
-
-        def produce():
-            while True:
-                with cond:
-                    while (state["claim"] < count and state["error"] is None
-                           and state["claim"] >= state["consume"] + self.capacity):
-                        t = clock()
-                        cond.wait()
-                        state["up_blocked"] += clock() - t
-                    if state["claim"] >= count or state["error"] is not None:
-                        return
-                    i = state["claim"]
-                    state["claim"] += 1
-                t = clock()
-                try:
-                    item = self.upstream(i)
-                except BaseException as e:  # handed to the consumer, which raises it
-                    with cond:
-                        state["error"] = StageFailed(i, e)
-                        cond.notify_all()
-                    return
-                busy = clock() - t
-                with cond:
-                    state["up_busy"] += busy
-                    ready[i] = item
-                    state["peak"] = max(state["peak"], len(ready))
-                    cond.notify_all()
-
-        workers = [threading.Thread(target=produce, name=f"msopt-stage-{k}", daemon=True) for k in range(self.threads)]
-        started = clock()
-        for w in workers:
-            w.start()
-        down_blocked = down_busy = 0.0
-        delivered = 0
-        try:
-            for i in range(count):
-                with cond:
-                    t = clock()
-                    while i not in ready and state["error"] is None:
-                        cond.wait()
-                    down_blocked += clock() - t
-                    if i not in ready:
-                        raise state["error"]
-                    item = ready.pop(i)
-                    state["consume"] = i + 1
-                    cond.notify_all()
-                t = clock()
-                result = self.downstream(item)
-                down_busy += clock() - t
-                if deliver is not None:
-                    deliver(i, result)
-                delivered += 1
-        finally:
-            with cond:
-                if state["error"] is None and delivered < count:
-                    state["error"] = StageFailed(-1, "stopped")
-                cond.notify_all()
-            for w in workers:
-                w.join()
-        wall = clock() - started
-        return {
-            "records": delivered, "threads": self.threads, "capacity": self.capacity, "wall_s": round(wall, 4),
-            "records_per_s": round(delivered / wall, 3) if wall > 0 else None,
-            "upstream_busy_s": round(state["up_busy"], 4), "upstream_blocked_s": round(state["up_blocked"], 4),
-            "downstream_busy_s": round(down_busy, 4), "downstream_blocked_s": round(down_blocked, 4),
-            "peak_buffered": state["peak"],
-        }
+    if "stage" not in POLICIES:
+        raise InputError("--stage needs --stage-boundary (the stage rule is not available)")
+    plan = run_policy("stage", view, PartitionOptions(streams=2))
+    return [(src, node.key) for node in view.real_nodes() if plan.get(node.key, 0) == 0
+            for src, _ in node.inputs if plan.get(src, 0) != 0]
 
 
 # -- splitting a Session graph at boundary tensors ------------------------------------------------------
@@ -119,8 +67,6 @@ class SessionSplit:
     """
 
     def __init__(self, executable, signature, boundary):
-        from msopt.errors import InputError
-
         graph = getattr(executable, "graph", None)
         if graph is None:
             raise InputError("--stage needs the model in a Session graph")
@@ -162,8 +108,6 @@ class SessionSplit:
 
 
 def _tensor(graph, name):
-    from msopt.errors import InputError
-
     name = name.strip()
     full = name if ":" in name else f"{name}:0"
     try:
@@ -204,13 +148,8 @@ def cuttable(runner, signature):
     inlined, variables turned into constants, devices kept) and loaded in a Session configured
     like the runner's: its ops are named by their call path from the signature's function.
     """
-    from msopt.trace import executed_names
-
     if not (runner.model.format == "saved_model" and runner.model.is_tf2):
         return runner.session_executable, executed_names(runner.view)
-    from msopt import protos
-    from msopt.execute import Executable
-    from msopt.load import Model
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2_as_graph
 
     tf = runner.tf
@@ -235,8 +174,6 @@ def cuttable(runner, signature):
 def boundary_tensors(graph, names, given=None, edges=None):
     """Tensor names in ``graph`` for ``given`` names (tensors of the graph, or view keys with an optional
     ':port') or for ``edges`` (source key, destination key) of the view ({view key: op name} ``names``)."""
-    from msopt.errors import InputError
-
     ops = {key: name for name, key in names.items()}
     by_name = {}
     for key in ops:

@@ -1,0 +1,1 @@
+"""The msopt commands, one module each: they parse, call the layers below and print."""
