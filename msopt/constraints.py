@@ -24,6 +24,7 @@ from collections import Counter, defaultdict
 
 from msopt.fusion import fusion_groups
 from msopt.graph import node_key
+from msopt.op_tables import CALL_OPS
 from msopt.xla_clusters import xla_cluster_links
 
 DT_STRING = 7
@@ -77,7 +78,6 @@ BOOKKEEPING_OPS = frozenset({
     "VarIsInitializedOp", "IsVariableInitialized", "DisableCopyOnRead", "DestroyResourceOp",
     "Assign", "AssignVariableOp",
 })
-CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 IF_OPS = frozenset({"If", "StatelessIf"})
 WHILE_OPS = frozenset({"While", "StatelessWhile"})
 CASE_OPS = frozenset({"Case", "StatelessCase"})

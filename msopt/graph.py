@@ -149,19 +149,6 @@ class GraphView:
         return [n for n in self.nodes.values() if n.function == function]
 
 
-def kahn_order(succs, indegree):
-    """Kahn's topological order of the vertices that no cycle holds back (``indegree`` is consumed)."""
-    order = [v for v, d in enumerate(indegree) if d == 0]
-    i = 0
-    while i < len(order):
-        for w in succs[order[i]]:
-            indegree[w] -= 1
-            if indegree[w] == 0:
-                order.append(w)
-        i += 1
-    return order
-
-
 def _called_functions(node_def, library):
     called = []
     if node_def.op in library:

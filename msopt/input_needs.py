@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from msopt.op_tables import CALL_OPS
+
 # Ops whose output 0 carries the values of their input 0 (or of every data input for the n-ary ones).
 PASS_FIRST = {
     "Identity", "Cast", "Reshape", "ExpandDims", "Squeeze", "StridedSlice", "Slice", "Transpose", "Tile",
@@ -19,7 +21,7 @@ PASS_FIRST = {
 }
 PASS_ANY = {"Pack", "ConcatV2", "Concat", "Merge", "RefMerge", "AddN", "StringJoin"}
 PASS_ALL_OUTPUTS = {"Unpack", "Split", "SplitV", "Switch", "RefSwitch"}
-CALLS = {"PartitionedCall", "StatefulPartitionedCall"}
+CALLS = CALL_OPS
 BRANCHES = {"If", "StatelessIf"}
 LOOPS = {"While", "StatelessWhile"}
 # Ops reading a table at the ids of input 1: (table input, dimension attr giving the row axis).

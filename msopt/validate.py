@@ -10,9 +10,10 @@ and the TF2 object graph's references. ``inspect`` refuses such a model too, nam
 import re
 
 from msopt.errors import InputError
-from msopt.graph import STREAM_ATTR, kahn_order
+from msopt.graph import STREAM_ATTR
+from msopt.op_tables import BACK_EDGE_OPS
+from msopt.order import kahn_order
 
-BACK_EDGE_OPS = frozenset({"NextIteration", "RefNextIteration"})
 # Call ops and the attributes naming the functions they run (each must be in the library).
 CALL_ATTRS = {
     "PartitionedCall": ("f",), "StatefulPartitionedCall": ("f",),

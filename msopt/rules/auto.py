@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from msopt.constraints import apply
 from msopt.gc_pause import gc_paused
+from msopt.order import longest_to_sink
 from msopt.rules import RuleOptions, RuleResult
 from msopt.rules.chains import chains, path_cover
 from msopt.rules.collective import collective
@@ -117,13 +118,8 @@ def schedule(cost, streams, chained=False, by_rank=True):
     sync = target.sync_us + target.copy_latency_us
     per_byte = 1.0 / (target.copy_gbs * 1e3)  # microseconds per byte
     out_bytes = [max(b) if b else 0 for b in cost.out_bytes]
-    rank = [0.0] * n
-    for i in range(n - 1, -1, -1) if by_rank else ():  # tasks are numbered in a topological order
-        best = 0.0
-        for s in succs[i]:
-            if rank[s] > best:
-                best = rank[s]
-        rank[i] = duration[i] + best
+    # Tasks are numbered in a topological order.
+    rank = longest_to_sink(range(n), succs, duration) if by_rank else None
     finish = [0.0] * n
     issued = [0.0] * n  # when the host launched the op (or passed it through)
     stream_of = [0] * n

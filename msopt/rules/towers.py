@@ -11,7 +11,8 @@ their inputs are on. Tower k goes to stream k mod N; shared ops stay on stream 0
 import re
 from collections import Counter, defaultdict
 
-from msopt.rules.walk import FREE_OPS, flatten
+from msopt.op_tables import FREE_OPS
+from msopt.rules.walk import flatten
 
 TOWER_SCOPE = re.compile(r"^(?:tower|replica)_?(\d+)$")
 

@@ -6,14 +6,23 @@ body's roots wait for the start, a body node reading argument i waits for the ca
 i, and the call node itself waits for the body's returns (so its consumers see the body as
 nested inside the call's time span). Loop back edges (NextIteration -> Merge) are dropped.
 Memory and time are linear in vertices plus edges; no reachability matrix is ever built.
+
+The rules plan every node of the model, so this DAG is wider than one signature's run
+(msopt.flat): it also holds main-graph nodes no signature reaches and functions nobody calls.
+A node opens the functions the run opens (``msopt.flat.opened_functions``), a body's arguments
+bind to the caller's inputs as in the run (``msopt.flat.argument_input``), and each vertex
+records the call nodes it was expanded for, so the instances a run executes are vertices here
+with the same identity (key and callers).
 """
 from collections import defaultdict
 
-from msopt.cost import gc_paused
-from msopt.graph import MAIN, kahn_order
+from msopt.flat import argument_input, opened_functions
+from msopt.gc_pause import gc_paused
+from msopt.graph import MAIN
+from msopt.op_tables import BACK_EDGE_OPS, FREE_OPS
+from msopt.order import longest_to_sink as _longest_to_sink
+from msopt.order import topological_order as _topological_order
 
-BACK_EDGE_OPS = frozenset({"NextIteration", "RefNextIteration"})
-FIRST_INPUT_IS_PREDICATE = frozenset({"If", "StatelessIf", "Case", "StatelessCase"})
 EXPANSION_FACTOR = 4  # beyond this many vertices per view node, repeated calls share one body
 
 
@@ -26,13 +35,15 @@ class Dag:
         self.succs = []  # vertex -> [vertex]
         self.first = {}  # view node key -> its first vertex (the one whose stream the partition keeps)
         self.order = []  # topological order of all vertices
+        self.callers = []  # vertex -> keys of the call nodes its body was expanded for, outermost first
 
     def __len__(self):
         return len(self.keys)
 
-    def add(self, key):
+    def add(self, key, callers=()):
         vertex = len(self.keys)
         self.keys.append(key)
+        self.callers.append(callers)
         self.preds.append([])
         self.succs.append([])
         if key is not None and key not in self.first:
@@ -66,19 +77,19 @@ def _flatten(view):
             by_function[node.function].append(node)
     budget = EXPANSION_FACTOR * len(view.nodes) + 1000
     expanded = {}  # function -> returns of its first instance ({output name: vertex})
-    _expand(view, dag, by_function, MAIN, {}, None, expanded, budget, [])
+    _expand(view, dag, by_function, MAIN, {}, None, expanded, budget, [], ())
     for name, info in view.functions.items():  # bodies nobody calls from the main graph still get a plan
         if name not in expanded:
-            _expand(view, dag, by_function, name, {}, None, expanded, budget, [name])
+            _expand(view, dag, by_function, name, {}, None, expanded, budget, [name], ())
     dag.order = topological_order(dag)
     return dag
 
 
-def _expand(view, dag, by_function, function, arg_source, start, expanded, budget, stack):
+def _expand(view, dag, by_function, function, arg_source, start, expanded, budget, stack, callers):
     """Add one instance of ``function``'s body; returns {return name: vertex or None}."""
     nodes = view.nodes
     body = by_function.get(function, ())
-    local = {node.key: dag.add(node.key) for node in body}
+    local = {node.key: dag.add(node.key, callers) for node in body}
 
     def resolve(key):
         if key in local:
@@ -101,15 +112,16 @@ def _expand(view, dag, by_function, function, arg_source, start, expanded, budge
         if not has_pred and start is not None:
             dag.link(start, v)
     for node in body:
-        for callee in sorted(set(node.calls)):  # the view lists them in protobuf map order, which varies by process
-            _expand_call(view, dag, by_function, node, callee, local[node.key], resolve, expanded, budget, stack)
+        for callee in sorted(set(opened_functions(view, node))):  # a stable order, whatever the view's
+            _expand_call(view, dag, by_function, node, callee, local[node.key], resolve, expanded, budget, stack,
+                         callers + (node.key,))
     info = view.functions.get(function)
     if info is None:
         return {}
     return {name: resolve(src) for name, (src, _) in sorted(info.returns.items())}
 
 
-def _expand_call(view, dag, by_function, node, callee, call_vertex, resolve, expanded, budget, stack):
+def _expand_call(view, dag, by_function, node, callee, call_vertex, resolve, expanded, budget, stack, callers):
     """Expand ``callee`` inside the call ``node``: inputs -> start -> body -> returns -> call."""
     info = view.functions.get(callee)
     if info is None or callee in stack:
@@ -117,17 +129,17 @@ def _expand_call(view, dag, by_function, node, callee, call_vertex, resolve, exp
     if callee in expanded and len(dag) > budget:  # too big to copy again: wait on the first instance
         returns = expanded[callee].values()
     else:
-        start = dag.add(None)
+        start = dag.add(None, callers)
         for u in dag.preds[call_vertex]:
             dag.link(u, start)
-        offset = 1 if node.op in FIRST_INPUT_IS_PREDICATE else 0
         arg_source = {}
         for i, arg in enumerate(info.args):
-            j = i + offset
+            j = argument_input(node, i)
             arg_source[arg] = resolve(node.inputs[j][0]) if j < len(node.inputs) else start
             if arg_source[arg] is None:
                 arg_source[arg] = start
-        returns = _expand(view, dag, by_function, callee, arg_source, start, expanded, budget, stack + [callee])
+        returns = _expand(view, dag, by_function, callee, arg_source, start, expanded, budget, stack + [callee],
+                          callers)
         expanded.setdefault(callee, returns)
         returns = returns.values()
     for u in set(returns):
@@ -136,12 +148,8 @@ def _expand_call(view, dag, by_function, node, callee, call_vertex, resolve, exp
 
 
 def topological_order(dag):
-    """Kahn's order; vertices left on a cycle are appended in insertion order (their cycle edge ignored)."""
-    order = kahn_order(dag.succs, [len(p) for p in dag.preds])
-    if len(order) < len(dag.preds):
-        placed = set(order)
-        order.extend(v for v in range(len(dag.preds)) if v not in placed)
-    return order
+    """Kahn's order (msopt.order); vertices left on a cycle are released earliest first (their cycle edge ignored)."""
+    return _topological_order(dag.succs, [len(p) for p in dag.preds])
 
 
 def earliest_times(dag, cost):
@@ -161,15 +169,7 @@ def earliest_times(dag, cost):
 
 def longest_to_sink(dag, cost):
     """Per vertex, the longest cost path from it to any sink (its own cost included): the list priority."""
-    rank = [0.0] * len(dag)
-    succs = dag.succs
-    for v in reversed(dag.order):
-        best = 0.0
-        for w in succs[v]:
-            if rank[w] > best:
-                best = rank[w]
-        rank[v] = best + cost[v]
-    return rank
+    return _longest_to_sink(dag.order, dag.succs, cost)
 
 
 def vertex_costs(view, dag, options):
@@ -180,13 +180,6 @@ def vertex_costs(view, dag, options):
     if given is not None:
         return [given.get(key, 0.0) if key is not None else 0.0 for key in dag.keys]
     return [unit_cost(nodes[key]) if key is not None else 0.0 for key in dag.keys]
-
-
-FREE_OPS = frozenset({
-    "Const", "Identity", "IdentityN", "NoOp", "Placeholder", "PlaceholderWithDefault", "VarHandleOp",
-    "ReadVariableOp", "VariableV2", "StopGradient", "_Arg", "_Retval", "StatefulPartitionedCall",
-    "PartitionedCall", "Enter", "Exit", "Merge", "Switch", "NextIteration", "LoopCond",
-})
 
 
 def unit_cost(node):

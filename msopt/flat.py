@@ -1,0 +1,290 @@
+"""The flattened run of one signature: the op instances a run executes, function calls inlined once.
+
+``flat_run(view, model, signature)`` is the one inliner: it starts from the signature's outputs
+(every main-graph node when the model has no signatures), inlines each function call in place
+(one instance per call, no op for the call node, a recursive call left as one opaque op), opens
+the functions of functional control flow (If, While, Case, ...) as instances nested in their
+node (the node reads its inputs, its functions' arguments read the same inputs, the selector of
+an If or Case excepted, and the node is done when its functions are), resolves every data and
+control reference across those boundaries (loop back edges dropped), and numbers the instances
+in a topological order (TensorFlow's executor's ready order). The cost model, the visualizer
+and the rules' walk (msopt.rules.walk, for its argument binding) read this view.
+"""
+from msopt.errors import InputError
+from msopt.graph import MAIN
+from msopt.op_tables import BACK_EDGE_OPS, CALL_OPS, FIRST_INPUT_IS_PREDICATE, output_index as _output_index
+from msopt.order import topological_order
+from msopt.protos import DTYPE_NAMES
+
+
+class Tasks:
+    """The flattened run: parallel lists indexed by task id, ids in a topological order."""
+
+    def __init__(self):
+        self.key = []  # GraphView node key of the op
+        self.op = []
+        self.instance = []  # index into instances: the function call this op instance runs in (0 = main graph)
+        self.inputs = []  # [(task, output index)] data inputs
+        self.control = []  # [task] control predecessors
+        self.instances = [(None, None)]  # (call node key, parent instance) per inlined call; 0 is the main graph
+
+    def __len__(self):
+        return len(self.key)
+
+    def callers(self, i):
+        """Keys of the call nodes task ``i`` was inlined for, outermost first."""
+        out = []
+        instance = self.instance[i]
+        while instance:
+            call, instance = self.instances[instance]
+            out.append(call)
+        return tuple(reversed(out))
+
+
+def flat_run(view, model=None, signature=None):
+    """(signature name, tasks, {input node name: (dtype, shape)}) of one run of ``signature``."""
+    name, roots, feeds = signature_roots(view, model, signature)
+    return name, flatten_run(view, roots), feeds
+
+
+def signature_roots(view, model, signature):
+    """(signature name, main-graph node names to run back from, {node name: signature input shape})."""
+    sigs = model.signatures if model is not None else {}
+    if signature is not None and signature not in sigs:
+        raise InputError(f"no signature '{signature}'; available: {', '.join(sorted(sigs)) or 'none'}")
+    if not sigs:
+        return None, None, {}
+    name = signature or ("serving_default" if "serving_default" in sigs else sorted(sigs)[0])
+    sig = sigs[name]
+    roots = [info.name.split(":")[0].lstrip("^") for info in sig.outputs.values() if info.name]
+    feeds = {}
+    for info in sig.inputs.values():
+        if info.name:
+            shape = None if info.tensor_shape.unknown_rank else [d.size for d in info.tensor_shape.dim]
+            feeds[info.name.split(":")[0]] = (DTYPE_NAMES.get(info.dtype, "float"), shape)
+    return name, [r for r in roots if r in view.nodes] or None, feeds
+
+
+def argument_input(call, position):
+    """Which of ``call``'s inputs a called function's argument ``position`` reads: an If's or Case's first
+    input selects the branch and is no argument."""
+    return position + 1 if call.op in FIRST_INPUT_IS_PREDICATE else position
+
+
+def is_call(view, node):
+    """A call (PartitionedCall, a function used as an op): its function runs in its place, it is no op itself."""
+    return bool(node.calls) and (node.op in CALL_OPS or node.op in view.functions)
+
+
+def opened_functions(view, node):
+    """The functions ``node`` runs: a call's one function, or every function of a control-flow node."""
+    if not node.calls:
+        return []
+    return node.calls[:1] if is_call(view, node) else list(node.calls)
+
+
+def flatten_run(view, roots):
+    """Inline every function call reached from ``roots`` (all main-graph nodes if None) into tasks."""
+    main = [n for n in view.nodes.values() if n.function == MAIN]
+    if roots is not None:
+        needed, stack = set(), list(roots)
+        while stack:
+            key = stack.pop()
+            if key in needed or key not in view.nodes:
+                continue
+            needed.add(key)
+            node = view.nodes[key]
+            stack.extend(src for src, _ in node.inputs)
+            stack.extend(node.control_inputs)
+        main = [n for n in main if n.key in needed]
+    builder = _Builder(view)
+    builder.instantiate(main, 0)
+    return builder.finish()
+
+
+class _Builder:
+    """Creates tasks for one graph or function body per call instance and resolves references across calls."""
+
+    def __init__(self, view):
+        self.view = view
+        self.tasks = Tasks()
+        self.index = {}  # (instance, key) -> task id, or ("call", instance id) for a call node
+        self.raw = []  # per task: (instance, node) to resolve after all tasks exist
+        self.exits = {}  # call instance -> tasks its completion means (returns and control returns)
+        self.bodies = {}  # function name -> its real nodes
+        for node in view.nodes.values():
+            if node.function != MAIN and not node.virtual:
+                self.bodies.setdefault(node.function, []).append(node)
+        self.active = []  # functions being expanded (a recursive call runs as one opaque op)
+        self.branch_of = {}  # instance of a control-flow node's function -> that function's name
+
+    def instantiate(self, nodes, instance):
+        view, t = self.view, self.tasks
+        for node in nodes:
+            if node.virtual:
+                continue
+            if is_call(view, node) and node.calls[0] not in self.active:
+                child = len(t.instances)
+                t.instances.append((node.key, instance))
+                self.index[(instance, node.key)] = ("call", child)
+                self.active.append(node.calls[0])
+                self.instantiate(self.bodies.get(node.calls[0], ()), child)
+                self.active.pop()
+                self.raw.append(("call", instance, node, child))
+                continue
+            self.index[(instance, node.key)] = len(t.key)
+            t.key.append(node.key)
+            t.op.append(node.op)
+            t.instance.append(instance)
+            t.inputs.append([])
+            t.control.append([])
+            self.raw.append(("op", instance, node, len(t.key) - 1))
+            if node.calls and not is_call(view, node):
+                self.open_branches(node, instance)
+
+    def open_branches(self, node, instance):
+        """Functional control flow (If, While, Case, ...): each function the node runs becomes an instance
+        nested in the node, its arguments read the node's inputs (an If's or Case's selector excepted)."""
+        t = self.tasks
+        for branch in opened_functions(self.view, node):
+            if branch in self.active:
+                continue
+            child = len(t.instances)
+            t.instances.append((node.key, instance))
+            self.active.append(branch)
+            self.instantiate(self.bodies.get(branch, ()), child)
+            self.active.pop()
+            self.raw.append(("branch", instance, node, child))
+            self.branch_of[child] = branch
+
+    def finish(self):
+        view, t = self.view, self.tasks
+        self.call_inputs = {}  # call instance -> resolved data input refs (for its body's _Arg nodes)
+        for kind, instance, node, target in self.raw:
+            if kind != "op":
+                self.call_inputs[target] = (instance, node)
+        index, nodes = self.index, view.nodes
+        for kind, instance, node, target in self.raw:
+            if kind != "op":
+                continue
+            inputs = t.inputs[target]
+            for src, port in node.inputs:
+                found = index.get((instance, src))
+                if found.__class__ is int:  # the common case: a plain op of the same graph or body
+                    src_op = nodes[src].op
+                    if src_op not in BACK_EDGE_OPS:
+                        inputs.append((found, port if port.__class__ is int else _output_index(src_op, port)))
+                    continue
+                ref = self.resolve(instance, src, port)
+                if ref is not None and nodes[src].op not in BACK_EDGE_OPS:
+                    inputs.append(ref)
+            for src in node.control_inputs:
+                t.control[target].extend(self.done_tasks(instance, src))
+        # Control inputs of a call node hold back the body ops that have no other predecessor.
+        held = [(instance, node, child) for kind, instance, node, child in self.raw if kind != "op" and node.control_inputs]
+        if held:
+            by_instance = {}
+            for i, inst in enumerate(t.instance):
+                by_instance.setdefault(inst, []).append(i)
+            for instance, node, child in held:
+                before = [x for src in node.control_inputs for x in self.done_tasks(instance, src)]
+                for i in by_instance.get(child, ()):
+                    if not t.inputs[i] and not t.control[i]:
+                        t.control[i].extend(before)
+        # A control-flow node is done when the functions it runs are: its consumers see them nested in it.
+        for kind, instance, node, child in self.raw:
+            if kind == "branch":
+                owner = index[(instance, node.key)]
+                t.control[owner].extend(self.instance_exits(child, self.branch_of[child]))
+        return _topological(t)
+
+    def resolve(self, instance, key, port):
+        """The (task, output index) a reference to ``key``:``port`` inside ``instance`` reads, or None."""
+        view = self.view
+        for _ in range(10000):
+            node = view.nodes.get(key)
+            if node is None:
+                return None
+            if node.virtual:  # a function argument: what the caller passed
+                if instance not in self.call_inputs:
+                    return None
+                fn = view.functions[node.function]
+                instance, call = self.call_inputs[instance]
+                position = argument_input(call, fn.args.index(key))
+                if position >= len(call.inputs):
+                    return None
+                key, port = call.inputs[position]
+                continue
+            found = self.index.get((instance, key))
+            if found is None:
+                return None
+            if isinstance(found, tuple):  # a call: follow the callee's return value
+                child = found[1]
+                fn = view.functions[node.calls[0]]
+                out_args = [a.name for a in fn.proto.signature.output_arg]
+                index = fn.output_index(port)
+                name = out_args[index] if index is not None and index < len(out_args) else None
+                if name not in fn.returns:
+                    return None
+                key, port = fn.returns[name]
+                instance = child
+                continue
+            return found, _output_index(node.op, port)
+        return None
+
+    def done_tasks(self, instance, key):
+        """Tasks whose completion a control edge from ``key`` waits for."""
+        found = self.index.get((instance, key))
+        if found is None:
+            return []
+        if not isinstance(found, tuple):
+            return [found]
+        child = found[1]
+        return self.instance_exits(child, self.view.nodes[key].calls[0])
+
+    def instance_exits(self, child, function):
+        """Tasks whose completion means instance ``child`` of ``function`` is done (returns and control returns)."""
+        if child not in self.exits:
+            fn = self.view.functions[function]
+            exits = []
+            for src, port in fn.returns.values():
+                ref = self.resolve(child, src, port)
+                if ref is not None:
+                    exits.append(ref[0])
+            for name in fn.proto.control_ret.values():
+                exits.extend(self.done_tasks(child, f"{fn.name}:{name}"))
+            self.exits[child] = exits
+        return self.exits[child]
+
+
+def _topological(t):
+    """Renumber tasks in the order TensorFlow's executor would find them ready (FIFO over ready ops)."""
+    n = len(t.key)
+    succ = [[] for _ in range(n)]
+    pending = [0] * n
+    for i in range(n):
+        inputs, control = t.inputs[i], t.control[i]
+        if len(inputs) + len(control) == 1:
+            preds = [inputs[0][0]] if inputs else control
+        else:
+            preds = {src for src, _ in inputs}
+            preds.update(control)
+        if i in preds:
+            preds = [p for p in preds if p != i]
+        pending[i] = len(preds)
+        for p in preds:
+            succ[p].append(i)
+    order = topological_order(succ, pending)
+    new = [0] * n
+    for position, i in enumerate(order):
+        new[i] = position
+    out = Tasks()
+    out.instances = t.instances
+    for i in order:
+        out.key.append(t.key[i])
+        out.op.append(t.op[i])
+        out.instance.append(t.instance[i])
+        # Drop edges that would point backwards (only left by a cycle) so that every edge goes forward.
+        out.inputs.append([(new[s], p) for s, p in t.inputs[i] if new[s] < new[i]])
+        out.control.append(sorted({new[s] for s in t.control[i] if new[s] < new[i]}))
+    return out
