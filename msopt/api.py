@@ -77,7 +77,7 @@ def partition(model: PathLike, streams: int = 4, policy: str | None = None, outp
     emit.check_output(loaded, out, force)
     report = _path(report)
     if report and not os.path.isdir(os.path.dirname(os.path.abspath(report))):
-        raise InputError(f"{report}: parent directory does not exist")
+        raise InputError(f"{report}: parent directory does not exist (No such file or directory)")
     say(f"partitioning {len(view.nodes)} nodes with policy {policy}")
     options = PlanOptions(streams=streams, policy=policy, cost=CostOptions(target, batch_size, _path(costs)),
                           manual=ManualOptions(rules, override), stage=StageOptions(tuple(boundary)), const_dup=const_dup)

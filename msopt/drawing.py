@@ -40,7 +40,7 @@ def draw(model: str, output: str | None = None, streams: int | None = None, poli
     if fmt is None:
         raise InputError(f"{out}: unknown picture format '{out.suffix}'; use one of: {', '.join(sorted(set(FORMATS)))}")
     if not out.parent.resolve().is_dir():
-        raise InputError(f"{out}: parent directory does not exist")
+        raise InputError(f"{out}: parent directory does not exist (No such file or directory)")
     say(f"loading {model}")
     loaded, view = open_model(model, tags)
     ops, edges, sig = draw.signature_ops(loaded, view, signature)

@@ -30,7 +30,7 @@ def check_output(model, out, force):
     if dst.exists() and not force:
         raise InputError(f"{out}: output already exists (use --force to replace it)")
     if not dst.parent.is_dir():
-        raise InputError(f"{out}: parent directory does not exist")
+        raise InputError(f"{out}: parent directory does not exist (No such file or directory)")
 
 
 def device_name(device_type, stream):

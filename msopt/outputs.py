@@ -94,7 +94,7 @@ def staged(out):
     """A fresh path beside ``out`` (same directory, same name) to build the output in; removed on exit."""
     out = Path(out)
     if not out.parent.is_dir():
-        raise InputError(f"{out}: parent directory does not exist")
+        raise InputError(f"{out}: parent directory does not exist (No such file or directory)")
     clean_stale(out)
     try:
         box = Path(tempfile.mkdtemp(prefix=f".{out.name}.{_TAG}{os.getpid()}-", suffix=".tmp", dir=out.parent))
