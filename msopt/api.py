@@ -147,8 +147,9 @@ def simulate(model: PathLike, streams: int = 4, policy: str | None = None, *, ta
     if timeline:
         from msopt.timeline import chrome_trace
 
-        _write_json(_path(timeline), chrome_trace(result))
-        document["timeline"] = _path(timeline)
+        path = os.fspath(timeline)
+        _write_json(path, chrome_trace(result))
+        document["timeline"] = path
     return document
 
 

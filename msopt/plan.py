@@ -70,11 +70,12 @@ def build_cost_model(view, model, cost: CostOptions):
 
     if cost.batch_size is not None and cost.batch_size < 1:
         raise InputError(f"--batch-size must be at least 1, got {cost.batch_size}")
-    target = cost.target or DEFAULT_TARGET
+    name = cost.target or DEFAULT_TARGET
+    target: object = name  # CostModel takes a target's name or a Target
     if cost.launch_threads is not None:
-        if target not in TARGETS:
-            raise InputError(f"unknown target '{target}'; choose one of: {', '.join(TARGETS)}")
-        target = replace(TARGETS[target], launch_threads=cost.launch_threads)
+        if name not in TARGETS:
+            raise InputError(f"unknown target '{name}'; choose one of: {', '.join(TARGETS)}")
+        target = replace(TARGETS[name], launch_threads=cost.launch_threads)
     return CostModel(view, model, target=target, batch_size=cost.batch_size or 1, costs=cost.costs,
                      signature=cost.signature)
 
