@@ -12,7 +12,7 @@ from msopt.graph import MAIN, GraphView
 from msopt.load import load
 from msopt.op_tables import CONTROL_FLOW_OPS, HIDDEN_IN_DRAWING
 from msopt.order import longest_to_sink, topological_order
-from msopt.rules import PartitionOptions, make_plan
+from msopt.plan import PlanOptions, make_plan
 from msopt.rules.walk import flatten
 from msopt.simulate import streams_of
 from msopt.visualize import op_streams, signature_ops
@@ -80,8 +80,7 @@ def test_drawn_planned_and_simulated_graphs_are_the_same_op_instances(which, con
     # Every instance the run executes is a planned vertex with the same identity (the rules plan more: whole graph).
     assert set(simulated) <= set(planned)
     # One plan puts each instance on the same stream in the drawing and in the simulation.
-    options = PartitionOptions(streams=4, extra={"cost_model": cost, "model": model})
-    plan, _ = make_plan("chains", view, options)
+    plan = make_plan(view, PlanOptions(streams=4, policy="chains"), model, cost).partition
     sim_stream = dict(zip(((cost.tasks.key[i], cost.tasks.callers(i)) for i in range(len(cost))), streams_of(cost, plan)))
     drawn_stream = dict(zip(((op.key, tuple(op.callers)) for op in ops), op_streams(ops, plan)))
     assert drawn_stream == {inst: sim_stream[inst] for inst in drawn_stream}
