@@ -89,7 +89,7 @@ def partition(model: PathLike, streams: int = 4, policy: str | None = None, outp
 
     def check(built):  # with verify: the rewrite reaches the output only once verified
         from msopt.load import load
-        from msopt.verify import verify as run_verify
+        from msopt.runner.verify import verify as run_verify
 
         verified["elapsed_s"] = round(time.perf_counter() - started, 3)
         say("verifying in TensorFlow")
