@@ -1,4 +1,5 @@
 """Shared test fixtures: the sample models, the CLI (in a subprocess or in-process) and cached Keras models."""
+import fcntl
 import os
 import shutil
 import subprocess
@@ -37,14 +38,26 @@ def sample(tmp_path):
     return copy
 
 
+def built_once(target, build):
+    """``target`` (a cached model directory), built by ``build()`` unless already there.
+
+    A file lock makes concurrent test processes (pytest -n) wait for one build instead of racing."""
+    if (target / "saved_model.pb").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{target}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / "saved_model.pb").exists():
+            build()
+    return target
+
+
 def keras_application(name, **kwargs):
     """A keras.applications model (weights=None) saved as a TF2 SavedModel with tf-keras, cached on disk.
 
     tf-keras saves one function per layer (thousands for NASNetMobile): the many-function case.
     """
     target = CACHE / name
-    if (target / "saved_model.pb").exists():
-        return target
     code = (
         "import os, sys; os.environ['TF_CPP_MIN_LOG_LEVEL']='2'\n"
         "import tensorflow as tf, tf_keras as keras\n"
@@ -53,10 +66,12 @@ def keras_application(name, **kwargs):
         "tf.saved_model.save(m, tmp)\n"
         "os.replace(tmp, sys.argv[1])\n"
     )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(str(target) + ".partial", ignore_errors=True)
-    subprocess.run([sys.executable, "-c", code, str(target)], check=True, capture_output=True, timeout=900)
-    return target
+
+    def build():
+        shutil.rmtree(str(target) + ".partial", ignore_errors=True)
+        subprocess.run([sys.executable, "-c", code, str(target)], check=True, capture_output=True, timeout=900)
+
+    return built_once(target, build)
 
 
 @pytest.fixture(scope="session")
@@ -115,14 +130,14 @@ def transformer_encoder(layers=4, hidden=256, heads=4, inner=1024, seq=16, vocab
     so the same structure is built here from tf-keras layers.
     """
     target = CACHE / f"transformer_encoder_{layers}x{hidden}_h{heads}_i{inner}_s{seq}_v{vocab}"
-    if (target / "saved_model.pb").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(str(target) + ".partial", ignore_errors=True)
     args = [str(v) for v in (layers, hidden, heads, inner, seq, vocab)]
-    subprocess.run([sys.executable, "-c", TRANSFORMER_CODE, str(target), *args], check=True, capture_output=True,
-                   timeout=900)
-    return target
+
+    def build():
+        shutil.rmtree(str(target) + ".partial", ignore_errors=True)
+        subprocess.run([sys.executable, "-c", TRANSFORMER_CODE, str(target), *args], check=True, capture_output=True,
+                       timeout=900)
+
+    return built_once(target, build)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import CACHE
+from conftest import CACHE, built_once
 
 PRELUDE = """
 import os, sys
@@ -119,12 +119,12 @@ BUILDERS = {"keras3_mobilenet_v3": KERAS3_APPLICATION, "din": DIN, "deepfm": DEE
 def zoo_model(name):
     """The SavedModel ``name`` of BUILDERS, built once and cached under the repository's .cache/."""
     target = CACHE / "zoo" / name
-    if (target / "saved_model.pb").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(str(target) + ".building", ignore_errors=True)
-    code = PRELUDE + BUILDERS[name] + "os.replace(target + '.building', target)\n"
-    done = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        raise RuntimeError(f"building zoo model {name} failed:\n{done.stderr[-3000:]}")
-    return target
+
+    def build():
+        shutil.rmtree(str(target) + ".building", ignore_errors=True)
+        code = PRELUDE + BUILDERS[name] + "os.replace(target + '.building', target)\n"
+        done = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            raise RuntimeError(f"building zoo model {name} failed:\n{done.stderr[-3000:]}")
+
+    return built_once(target, build)
