@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Optional, Union
 
 from msopt.errors import InputError, VerifyFailed
+from msopt.outputs import check_parent
 from msopt.plan import CostOptions, ManualOptions, PlanOptions, StageOptions, build_cost_model, make_plan, resolve_policy
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -76,8 +77,8 @@ def partition(model: PathLike, streams: int = 4, policy: str | None = None, outp
     out = _path(output) or str(emit.default_output(model, streams))
     emit.check_output(loaded, out, force)
     report = _path(report)
-    if report and not os.path.isdir(os.path.dirname(os.path.abspath(report))):
-        raise InputError(f"{report}: parent directory does not exist (No such file or directory)")
+    if report:
+        check_parent(report)
     say(f"partitioning {len(view.nodes)} nodes with policy {policy}")
     options = PlanOptions(streams=streams, policy=policy, cost=CostOptions(target, batch_size, _path(costs)),
                           manual=ManualOptions(rules, override), stage=StageOptions(tuple(boundary)), const_dup=const_dup)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from msopt.errors import InputError
+from msopt.outputs import check_parent
 
 FORMATS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot", ".html": "html", ".htm": "html"}
 INSTALL_DOT = ("install graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; "
@@ -39,8 +40,7 @@ def draw(model: str, output: str | None = None, streams: int | None = None, poli
     fmt = FORMATS.get(out.suffix.lower())
     if fmt is None:
         raise InputError(f"{out}: unknown picture format '{out.suffix}'; use one of: {', '.join(sorted(set(FORMATS)))}")
-    if not out.parent.resolve().is_dir():
-        raise InputError(f"{out}: parent directory does not exist (No such file or directory)")
+    check_parent(out)
     say(f"loading {model}")
     loaded, view = open_model(model, tags)
     ops, edges, sig = draw.signature_ops(loaded, view, signature)

@@ -29,8 +29,7 @@ def check_output(model, out, force):
         raise InputError(f"{out}: the output would overwrite the input model")
     if dst.exists() and not force:
         raise InputError(f"{out}: output already exists (use --force to replace it)")
-    if not dst.parent.is_dir():
-        raise InputError(f"{out}: parent directory does not exist (No such file or directory)")
+    outputs.check_parent(dst)
 
 
 def device_name(device_type, stream):

@@ -89,12 +89,17 @@ def clean_stale(out):
                 path.unlink()
 
 
+def check_parent(out):
+    """InputError naming ``out`` unless the folder it is to be written in exists."""
+    if not Path(os.path.abspath(out)).parent.is_dir():
+        raise InputError(f"{out}: parent directory does not exist (No such file or directory)")
+
+
 @contextlib.contextmanager
 def staged(out):
     """A fresh path beside ``out`` (same directory, same name) to build the output in; removed on exit."""
     out = Path(out)
-    if not out.parent.is_dir():
-        raise InputError(f"{out}: parent directory does not exist (No such file or directory)")
+    check_parent(out)
     clean_stale(out)
     try:
         box = Path(tempfile.mkdtemp(prefix=f".{out.name}.{_TAG}{os.getpid()}-", suffix=".tmp", dir=out.parent))
