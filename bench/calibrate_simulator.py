@@ -15,6 +15,7 @@ simulator on a synthetic layered DAG of N elementwise ops (CPU seconds, peak mem
     python bench/calibrate_simulator.py [--sweep] [--json]
     python bench/calibrate_simulator.py --scale 1000000
 """
+
 import argparse
 import json
 import sys
@@ -111,10 +112,15 @@ def scale(nodes):
     eight = simulate(view, spread, 8, cm)
     multi = clock() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"ops": len(cm), "cost_model_s": round(built, 2), "simulate_one_stream_s": round(single, 2),
-            "simulate_eight_streams_s": round(multi, 2), "cross_stream_waits": eight.syncs,
-            "makespan_ms": [round(one.makespan_us / 1e3, 3), round(eight.makespan_us / 1e3, 3)],
-            "peak_rss_mb": round(peak)}
+    return {
+        "ops": len(cm),
+        "cost_model_s": round(built, 2),
+        "simulate_one_stream_s": round(single, 2),
+        "simulate_eight_streams_s": round(multi, 2),
+        "cross_stream_waits": eight.syncs,
+        "makespan_ms": [round(one.makespan_us / 1e3, 3), round(eight.makespan_us / 1e3, 3)],
+        "peak_rss_mb": round(peak),
+    }
 
 
 def main():
@@ -139,15 +145,30 @@ def main():
         loaded[name] = (model, view)
         cm, single, plans = predict(view, model)
         published = seq / best
-        row = {"model": name, "stands_for": ios_name, "kernels": sum(cm.kernel), "ops_run": len(cm),
-               "published_sequential_ms": seq, "published_best_ms": best, "published_ratio": round(published, 3),
-               "predicted_single_stream_ms": round(single / 1e3, 3)}
+        row = {
+            "model": name,
+            "stands_for": ios_name,
+            "kernels": sum(cm.kernel),
+            "ops_run": len(cm),
+            "published_sequential_ms": seq,
+            "published_best_ms": best,
+            "published_ratio": round(published, 3),
+            "predicted_single_stream_ms": round(single / 1e3, 3),
+        }
         for policy, (ms, n, seconds, report) in plans.items():
             ratio = single / ms
-            row[policy] = {"makespan_ms": round(ms / 1e3, 3), "streams": n, "speedup": round(ratio, 3),
-                           "gap": round(ratio / published - 1, 3), "within_target": abs(ratio / published - 1) <= TOLERANCE,
-                           "lower_bound_ms": report["lower_bound_ms"], "ratio_to_bound": report["ratio_to_bound"],
-                           "syncs": report["syncs"], "copy_bytes": report["copy_bytes"], "plan_s": round(seconds, 2)}
+            row[policy] = {
+                "makespan_ms": round(ms / 1e3, 3),
+                "streams": n,
+                "speedup": round(ratio, 3),
+                "gap": round(ratio / published - 1, 3),
+                "within_target": abs(ratio / published - 1) <= TOLERANCE,
+                "lower_bound_ms": report["lower_bound_ms"],
+                "ratio_to_bound": report["ratio_to_bound"],
+                "syncs": report["syncs"],
+                "copy_bytes": report["copy_bytes"],
+                "plan_s": round(seconds, 2),
+            }
         rows.append(row)
     batches = []
     if "InceptionV3" in loaded:
@@ -155,9 +176,17 @@ def main():
         for batch, (ios, tensorrt) in LARGER_BATCHES.items():
             cm, single, plans = predict(view, model, streams=(4, 8), batch_size=batch)
             ms = plans["auto"][0] if "auto" in plans else single
-            batches.append({"model": "InceptionV3", "batch_size": batch, "single_stream_ms": round(single / 1e3, 2),
-                            "best_ms": round(ms / 1e3, 2), "speedup": round(single / ms, 3),
-                            "published_ios_best_ms": ios, "published_tensorrt_ms": tensorrt})
+            batches.append(
+                {
+                    "model": "InceptionV3",
+                    "batch_size": batch,
+                    "single_stream_ms": round(single / 1e3, 2),
+                    "best_ms": round(ms / 1e3, 2),
+                    "speedup": round(single / ms, 3),
+                    "published_ios_best_ms": ios,
+                    "published_tensorrt_ms": tensorrt,
+                }
+            )
     sweep = []
     if args.sweep:
         fitted = cost.GEMM_OUTPUTS_PER_THREAD
@@ -166,17 +195,34 @@ def main():
             for name, (model, view) in loaded.items():
                 cm, single, plans = predict(view, model, streams=(4, 8))
                 ms = plans["auto"][0] if "auto" in plans else single
-                sweep.append({"gemm_outputs_per_thread": value, "model": name, "single_stream_ms": round(single / 1e3, 3),
-                              "speedup": round(single / ms, 3)})
+                sweep.append(
+                    {
+                        "gemm_outputs_per_thread": value,
+                        "model": name,
+                        "single_stream_ms": round(single / 1e3, 3),
+                        "speedup": round(single / ms, 3),
+                    }
+                )
         cost.GEMM_OUTPUTS_PER_THREAD = fitted
-    document = {"target": "v100", "batch_size": 1, "gemm_outputs_per_thread": cost.GEMM_OUTPUTS_PER_THREAD,
-                "tolerance": TOLERANCE, "models": rows, "larger_batches": batches, "sweep": sweep}
+    document = {
+        "target": "v100",
+        "batch_size": 1,
+        "gemm_outputs_per_thread": cost.GEMM_OUTPUTS_PER_THREAD,
+        "tolerance": TOLERANCE,
+        "models": rows,
+        "larger_batches": batches,
+        "sweep": sweep,
+    }
     if args.json:
         print(json.dumps(document, indent=2))
         return
-    print(f"v100 profile, batch 1, GEMM_OUTPUTS_PER_THREAD={cost.GEMM_OUTPUTS_PER_THREAD} (fitted to Inception-v3's 6.51 ms)")
-    print(f"{'model':13} {'kernels':>7} {'seq pub':>8} {'seq sim':>8} {'ratio pub':>9} {'policy':>7} {'streams':>7} "
-          f"{'sim ms':>7} {'ratio sim':>9} {'gap':>7}  within +-25%")
+    print(
+        f"v100 profile, batch 1, GEMM_OUTPUTS_PER_THREAD={cost.GEMM_OUTPUTS_PER_THREAD} (fitted to Inception-v3's 6.51 ms)"
+    )
+    print(
+        f"{'model':13} {'kernels':>7} {'seq pub':>8} {'seq sim':>8} {'ratio pub':>9} {'policy':>7} {'streams':>7} "
+        f"{'sim ms':>7} {'ratio sim':>9} {'gap':>7}  within +-25%"
+    )
     for row in rows:
         if "error" in row:
             print(f"{row['model']:13} {row['error']}")
@@ -185,16 +231,22 @@ def main():
             if policy not in row:
                 continue
             p = row[policy]
-            print(f"{row['model']:13} {row['kernels']:7} {row['published_sequential_ms']:8.2f} "
-                  f"{row['predicted_single_stream_ms']:8.2f} {row['published_ratio']:9.3f} {policy:>7} {p['streams']:7} "
-                  f"{p['makespan_ms']:7.2f} {p['speedup']:9.3f} {p['gap']:+7.1%}  {'yes' if p['within_target'] else 'NO'}")
+            print(
+                f"{row['model']:13} {row['kernels']:7} {row['published_sequential_ms']:8.2f} "
+                f"{row['predicted_single_stream_ms']:8.2f} {row['published_ratio']:9.3f} {policy:>7} {p['streams']:7} "
+                f"{p['makespan_ms']:7.2f} {p['speedup']:9.3f} {p['gap']:+7.1%}  {'yes' if p['within_target'] else 'NO'}"
+            )
     for b in batches:
-        print(f"context: {b['model']} batch {b['batch_size']}: simulated {b['single_stream_ms']:.2f} ms on one stream, "
-              f"{b['best_ms']:.2f} ms best (speedup {b['speedup']:.3f}); published IOS best {b['published_ios_best_ms']} ms, "
-              f"TensorRT {b['published_tensorrt_ms']} ms")
+        print(
+            f"context: {b['model']} batch {b['batch_size']}: simulated {b['single_stream_ms']:.2f} ms on one stream, "
+            f"{b['best_ms']:.2f} ms best (speedup {b['speedup']:.3f}); published IOS best {b['published_ios_best_ms']} ms, "
+            f"TensorRT {b['published_tensorrt_ms']} ms"
+        )
     for s in sweep:
-        print(f"sweep: outputs/thread {s['gemm_outputs_per_thread']:<4} {s['model']:13} single {s['single_stream_ms']:7.2f} ms "
-              f"speedup {s['speedup']:.3f}")
+        print(
+            f"sweep: outputs/thread {s['gemm_outputs_per_thread']:<4} {s['model']:13} single {s['single_stream_ms']:7.2f} ms "
+            f"speedup {s['speedup']:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Run the fuzz property of tests/test_fuzz.py over many variants (default 10,000) and print the counts.
 
-    python bench/fuzz.py [--count N] [--seed S]
+python bench/fuzz.py [--count N] [--seed S]
 """
+
 import argparse
 import sys
 import tempfile
@@ -27,7 +28,9 @@ def main():
 
     with tempfile.TemporaryDirectory(prefix="msopt-fuzz-") as tmp:
         codes, problems, seconds, kinds = fuzzing.run(args.count, args.seed, tmp, progress)
-    print(f"fuzz: {args.count:,} variants, seed {args.seed}, {seconds:.0f} s ({seconds / args.count * 1000:.0f} ms each)")
+    print(
+        f"fuzz: {args.count:,} variants, seed {args.seed}, {seconds:.0f} s ({seconds / args.count * 1000:.0f} ms each)"
+    )
     for code, n in sorted(codes.items(), key=str):
         print(f"  exit {code}: {n:,}")
     print("  most frequent refusals (exit 2):")

@@ -3,6 +3,7 @@
 Builds a synthetic layered GraphDef (and a TF2-style variant with the same nodes spread over
 function bodies) from the protos alone, then times the real command line, best of 3.
 """
+
 import subprocess
 import sys
 import tempfile
@@ -68,7 +69,9 @@ def main():
         help_s = min(_time([sys.executable, "-m", "msopt", "--help"]) for _ in range(3))
     print(f"msopt inspect, {NODES:,} nodes, best of 3, fresh process each (target < {TARGET_S} s):")
     for name, size, seconds in rows:
-        print(f"  {name:14} {size / 1e6:5.1f} MB  {seconds:5.2f} s  ({seconds / TARGET_S:.2f} of target)  {'met' if seconds < TARGET_S else 'NOT met'}")
+        print(
+            f"  {name:14} {size / 1e6:5.1f} MB  {seconds:5.2f} s  ({seconds / TARGET_S:.2f} of target)  {'met' if seconds < TARGET_S else 'NOT met'}"
+        )
     print(f"msopt --help: {help_s:.2f} s")
 
 

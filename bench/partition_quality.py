@@ -11,6 +11,7 @@ to the lower bound is at most 1.15.
     python bench/partition_quality.py                   # everything (builds the Keras models once, cached)
     python bench/partition_quality.py --models linreg_tf1,deepfm_tf1 --streams 2 --json
 """
+
 import argparse
 import json
 import os
@@ -20,8 +21,19 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-SAMPLES = ["linreg_tf1", "linreg_tf2", "towers_tf1", "towers_tf2", "stage_tf1", "stage_tf2", "deepfm_tf1", "deepfm_tf2",
-           "linreg_frozen.pb", "towers_tf1.meta", "custom_op_tf1"]
+SAMPLES = [
+    "linreg_tf1",
+    "linreg_tf2",
+    "towers_tf1",
+    "towers_tf2",
+    "stage_tf1",
+    "stage_tf2",
+    "deepfm_tf1",
+    "deepfm_tf2",
+    "linreg_frozen.pb",
+    "towers_tf1.meta",
+    "custom_op_tf1",
+]
 # Built with tf-keras, weights=None, cached where the tests cache them (MobileNetV2 at the tests' 96x96 input).
 KERAS = {"InceptionV3": {}, "NASNetMobile": {}, "ResNet50": {}, "MobileNetV2": {"input_shape": (96, 96, 3)}}
 POLICIES = ["one-stream", "round-robin", "chains", "embedding", "auto"]
@@ -84,11 +96,22 @@ def run(models, batches, stream_counts, target):
                         continue
                     plan, seconds, notes = found
                     sim = simulate(view, plan, streams, cost).report()
-                    rows.append({"model": name, "batch": batch, "streams": streams, "policy": policy,
-                                 "makespan_ms": sim["makespan_ms"], "single_stream_ms": sim["single_stream_ms"],
-                                 "lower_bound_ms": sim["lower_bound_ms"], "ratio_to_bound": sim["ratio_to_bound"],
-                                 "syncs": sim["syncs"], "copy_bytes": sim["copy_bytes"], "plan_s": round(seconds, 3),
-                                 "notes": notes})
+                    rows.append(
+                        {
+                            "model": name,
+                            "batch": batch,
+                            "streams": streams,
+                            "policy": policy,
+                            "makespan_ms": sim["makespan_ms"],
+                            "single_stream_ms": sim["single_stream_ms"],
+                            "lower_bound_ms": sim["lower_bound_ms"],
+                            "ratio_to_bound": sim["ratio_to_bound"],
+                            "syncs": sim["syncs"],
+                            "copy_bytes": sim["copy_bytes"],
+                            "plan_s": round(seconds, 3),
+                            "notes": notes,
+                        }
+                    )
                 print(f"{name} batch {batch} streams {streams}: done", file=sys.stderr)
     return rows
 
@@ -103,14 +126,26 @@ def judge(rows):
         best = min(group, key=lambda r: r["makespan_ms"])
         auto = next(r for r in group if r["policy"] == "auto")
         over = auto["makespan_ms"] / best["makespan_ms"] - 1 if best["makespan_ms"] > 0 else 0.0
-        verdicts.append({"model": model, "batch": batch, "streams": streams, "best_policy": best["policy"],
-                         "auto_over_best": round(over, 4), "ok": over <= 0.01})
+        verdicts.append(
+            {
+                "model": model,
+                "batch": batch,
+                "streams": streams,
+                "best_policy": best["policy"],
+                "auto_over_best": round(over, 4),
+                "ok": over <= 0.01,
+            }
+        )
     autos = [r["ratio_to_bound"] for r in rows if r["policy"] == "auto"]
     mean_ratio = sum(autos) / len(autos) if autos else None
-    return {"rows_within_1pct": sum(v["ok"] for v in verdicts), "rows": len(verdicts),
-            "auto_mean_ratio_to_bound": round(mean_ratio, 4) if mean_ratio else None,
-            "met_best": all(v["ok"] for v in verdicts), "met_ratio": mean_ratio is not None and mean_ratio <= 1.15,
-            "misses": [v for v in verdicts if not v["ok"]]}
+    return {
+        "rows_within_1pct": sum(v["ok"] for v in verdicts),
+        "rows": len(verdicts),
+        "auto_mean_ratio_to_bound": round(mean_ratio, 4) if mean_ratio else None,
+        "met_best": all(v["ok"] for v in verdicts),
+        "met_ratio": mean_ratio is not None and mean_ratio <= 1.15,
+        "misses": [v for v in verdicts if not v["ok"]],
+    }
 
 
 def main():
@@ -121,16 +156,24 @@ def main():
     parser.add_argument("--target", default="v100")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args()
-    rows = run(args.models.split(","), [int(b) for b in args.batches.split(",")],
-               [int(s) for s in args.streams.split(",")], args.target)
+    rows = run(
+        args.models.split(","),
+        [int(b) for b in args.batches.split(",")],
+        [int(s) for s in args.streams.split(",")],
+        args.target,
+    )
     summary = judge(rows)
     if args.json:
         print(json.dumps({"target": args.target, "rows": rows, "summary": summary}, indent=2))
         return
-    print(f"{'model':16} {'batch':>5} {'N':>2} {'policy':12} {'makespan ms':>12} {'ratio':>7} {'syncs':>6} {'copied B':>10} {'plan s':>7}")
+    print(
+        f"{'model':16} {'batch':>5} {'N':>2} {'policy':12} {'makespan ms':>12} {'ratio':>7} {'syncs':>6} {'copied B':>10} {'plan s':>7}"
+    )
     for r in rows:
-        print(f"{r['model']:16} {r['batch']:>5} {r['streams']:>2} {r['policy']:12} {r['makespan_ms']:>12.4f} "
-              f"{r['ratio_to_bound']:>7.3f} {r['syncs']:>6} {r['copy_bytes']:>10} {r['plan_s']:>7.2f}")
+        print(
+            f"{r['model']:16} {r['batch']:>5} {r['streams']:>2} {r['policy']:12} {r['makespan_ms']:>12.4f} "
+            f"{r['ratio_to_bound']:>7.3f} {r['syncs']:>6} {r['copy_bytes']:>10} {r['plan_s']:>7.2f}"
+        )
     print(json.dumps(summary, indent=2))
 
 

@@ -11,6 +11,7 @@ Targets (issue 4): 1M nodes in at most 30 s and 4 GB, and time growing near-line
     python bench/partition_scale.py                 # 10k, 100k, 1M nodes; auto and chains; 4 streams
     python bench/partition_scale.py --sizes 10000,100000 --policies chains --json
 """
+
 import argparse
 import json
 import os
@@ -65,8 +66,7 @@ def measure(size, policy, streams):
     cost_s = None
     cost_model = None
     if policy == "auto":  # msopt partition builds the cost model for its report whatever the policy: timed apart
-        from msopt.cost import CostModel
-        from msopt.cost import gc_paused
+        from msopt.cost import CostModel, gc_paused
 
         started = time.perf_counter()
         with gc_paused():
@@ -78,10 +78,19 @@ def measure(size, policy, streams):
     result = make_plan(view, options, None, cost_model)
     plan = result.partition
     elapsed = time.perf_counter() - started
-    return {"nodes": size, "edges": sum(len(n.inputs) for n in view.nodes.values()), "policy": policy,
-            "streams": streams, "plan_s": round(elapsed, 3), "build_s": round(built, 3), "cost_model_s": cost_s,
-            "peak_rss_mb": round(peak_rss_mb(), 1), "rss_before_plan_mb": round(before, 1),
-            "streams_used": len(set(plan.values()) | {0}), "notes": result.notes}
+    return {
+        "nodes": size,
+        "edges": sum(len(n.inputs) for n in view.nodes.values()),
+        "policy": policy,
+        "streams": streams,
+        "plan_s": round(elapsed, 3),
+        "build_s": round(built, 3),
+        "cost_model_s": cost_s,
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "rss_before_plan_mb": round(before, 1),
+        "streams_used": len(set(plan.values()) | {0}),
+        "notes": result.notes,
+    }
 
 
 def main():
@@ -98,8 +107,11 @@ def main():
     rows = []
     for policy in args.policies.split(","):
         for size in map(int, args.sizes.split(",")):
-            out = subprocess.run([sys.executable, __file__, "--one", str(size), policy, "--streams", str(args.streams)],
-                                 capture_output=True, text=True)
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", str(size), policy, "--streams", str(args.streams)],
+                capture_output=True,
+                text=True,
+            )
             if out.returncode != 0:
                 rows.append({"nodes": size, "policy": policy, "error": out.stderr.strip().splitlines()[-1:]})
             else:
@@ -111,9 +123,15 @@ def main():
         by_size = {r["nodes"]: r for r in rows if r["policy"] == policy and "plan_s" in r}
         if 1000000 in by_size:
             big = by_size[1000000]
-            summary["checks"].append({"policy": policy, "1M_plan_s": big["plan_s"], "met_time": big["plan_s"] <= 30,
-                                      "1M_peak_gb": round(big["peak_rss_mb"] / 1024, 2),
-                                      "met_memory": big["peak_rss_mb"] <= 4096})
+            summary["checks"].append(
+                {
+                    "policy": policy,
+                    "1M_plan_s": big["plan_s"],
+                    "met_time": big["plan_s"] <= 30,
+                    "1M_peak_gb": round(big["peak_rss_mb"] / 1024, 2),
+                    "met_memory": big["peak_rss_mb"] <= 4096,
+                }
+            )
             if 100000 in by_size and by_size[100000]["plan_s"] > 0:
                 ratio = big["plan_s"] / by_size[100000]["plan_s"]
                 summary["checks"][-1].update({"1M_over_100k": round(ratio, 2), "met_growth": ratio <= 15})
@@ -125,8 +143,10 @@ def main():
             if "error" in r:
                 print(f"{r['policy']:8} {r['nodes']:>8} error: {r['error']}")
             else:
-                print(f"{r['policy']:8} {r['nodes']:>8} {r['edges']:>8} {r['plan_s']:>8} {r['peak_rss_mb']:>8} {r['build_s']:>7}"
-                      f" {r['cost_model_s'] if r['cost_model_s'] is not None else '-':>12}")
+                print(
+                    f"{r['policy']:8} {r['nodes']:>8} {r['edges']:>8} {r['plan_s']:>8} {r['peak_rss_mb']:>8} {r['build_s']:>7}"
+                    f" {r['cost_model_s'] if r['cost_model_s'] is not None else '-':>12}"
+                )
         for c in summary["checks"]:
             print("  ", c)
 

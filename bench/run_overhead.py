@@ -10,6 +10,7 @@ median of all its step times, and the ratio msopt / plain (target: at most 1.05)
 
     python bench/run_overhead.py [--blocks 20] [--steps 100] [--json]
 """
+
 import argparse
 import json
 import os
@@ -28,8 +29,8 @@ def side_by_side(path, blocks, steps, batch_size):
 
     import numpy as np
 
-    from msopt.inputs import random_inputs
     from msopt.graph import GraphView
+    from msopt.inputs import random_inputs
     from msopt.load import load
     from msopt.runner.placed_model import Runner
     from msopt.runner.timing import measure
@@ -82,17 +83,34 @@ def main():
         return 0
     rows = []
     for name in args.models.split(","):
-        done = subprocess.run([sys.executable, __file__, "--one", name, "--blocks", str(args.blocks),
-                               "--steps", str(args.steps), "--batch-size", str(args.batch_size)],
-                              capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+        done = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--one",
+                name,
+                "--blocks",
+                str(args.blocks),
+                "--steps",
+                str(args.steps),
+                "--batch-size",
+                str(args.batch_size),
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
         if done.returncode != 0:
             raise SystemExit(f"{name}: {done.stderr.strip()[-800:]}")
         row = {"model": name, **{k: round(v, 4) for k, v in json.loads(done.stdout.splitlines()[-1]).items()}}
         row["ratio"] = round(row["msopt_p50_ms"] / row["plain_p50_ms"], 3)
         row["met"] = row["ratio"] <= TARGET
         rows.append(row)
-        print(f"{name:12} msopt {row['msopt_p50_ms']:8.4f} ms  plain {row['plain_p50_ms']:8.4f} ms  "
-              f"ratio {row['ratio']:.3f}  {'met' if row['met'] else 'NOT met'} (target <= {TARGET})", file=sys.stderr)
+        print(
+            f"{name:12} msopt {row['msopt_p50_ms']:8.4f} ms  plain {row['plain_p50_ms']:8.4f} ms  "
+            f"ratio {row['ratio']:.3f}  {'met' if row['met'] else 'NOT met'} (target <= {TARGET})",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps({"target": TARGET, "blocks": args.blocks, "steps": args.steps, "rows": rows}, indent=2))
     return 0 if all(r["met"] for r in rows) else 1

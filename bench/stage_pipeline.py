@@ -17,6 +17,7 @@ The outputs of every record are checked identical between the two runs.
 
     python bench/stage_pipeline.py [--records 100] [--batch-size 4096] [--rounds 3] [--json]
 """
+
 import argparse
 import importlib.util
 import json
@@ -57,13 +58,23 @@ def build_model(out, depth, samples):
         boundary = sorted(t.name for t in feat.values())
         with tf.name_scope("model"):
             dim = samples.STAGE_DIM
-            tables = {k: tf.constant(rng.normal(0, 0.1, [samples.STAGE_BUCKETS, dim]).astype(np.float32))
-                      for k in ("id", "category", "tags")}
-            e_tags = tf.math.unsorted_segment_sum(tf.gather(tables["tags"], feat["tag_ids"]), feat["tag_rows"],
-                                                  tf.size(feat["tag_counts"]))
-            h = tf.concat([tf.gather(tables["id"], feat["id"]), tf.gather(tables["category"], feat["category"]),
-                           e_tags, feat["numeric"]], axis=1)
-            for k in range(depth):
+            tables = {
+                k: tf.constant(rng.normal(0, 0.1, [samples.STAGE_BUCKETS, dim]).astype(np.float32))
+                for k in ("id", "category", "tags")
+            }
+            e_tags = tf.math.unsorted_segment_sum(
+                tf.gather(tables["tags"], feat["tag_ids"]), feat["tag_rows"], tf.size(feat["tag_counts"])
+            )
+            h = tf.concat(
+                [
+                    tf.gather(tables["id"], feat["id"]),
+                    tf.gather(tables["category"], feat["category"]),
+                    e_tags,
+                    feat["numeric"],
+                ],
+                axis=1,
+            )
+            for _k in range(depth):
                 fan_in = int(h.shape[1])
                 w = tf.constant((rng.uniform(-1, 1, [fan_in, WIDTH]) / np.sqrt(fan_in)).astype(np.float32))
                 h = tf.nn.relu(tf.matmul(h, w))
@@ -95,7 +106,9 @@ class Bench:
         from msopt.runner.stage import SessionSplit
 
         model = load(path)
-        self.runner = Runner(model, GraphView(model.graph_def), 1, "cpu", intra_op_threads=intra, inter_op_threads=inter)
+        self.runner = Runner(
+            model, GraphView(model.graph_def), 1, "cpu", intra_op_threads=intra, inter_op_threads=inter
+        )
         self.split = SessionSplit(self.runner.executable, "serving_default", boundary)
         rng = np.random.RandomState(11)
         self.feeds = [{"lines": make_lines(rng, batch_size)} for _ in range(8)]
@@ -148,9 +161,12 @@ class Bench:
         from msopt.runner.stage_pipeline import StagePipeline
 
         n, outputs = len(self.feeds), []
-        pipeline = StagePipeline(lambda i: (i, self.split.upstream(self.feeds[i % n])),
-                                 lambda item: self.split.downstream(item[1], self.feeds[item[0] % n]),
-                                 threads, capacity)
+        pipeline = StagePipeline(
+            lambda i: (i, self.split.upstream(self.feeds[i % n])),
+            lambda item: self.split.downstream(item[1], self.feeds[item[0] % n]),
+            threads,
+            capacity,
+        )
         stats = pipeline.run(self.records, lambda i, out: outputs.append(out))
         return stats, outputs
 
@@ -160,6 +176,7 @@ def calibrate(tmp, samples, batch_size):
 
     A linear fit over two depths, then one check of the chosen depth and a step towards balance.
     """
+
     def measure(depth):
         path = Path(tmp) / f"stage_bench_d{depth}"
         bench = Bench(path, build_model(path, depth, samples), 0, batch_size)
@@ -187,14 +204,22 @@ def one_round(bench, args):
     plain, plain_outputs = bench.unpipelined()
     stats, piped_outputs = bench.pipelined(args.stage_threads, args.stage_capacity)
     identical = len(plain_outputs) == len(piped_outputs) and all(
-        compare_outputs(a, b)[0] for a, b in zip(plain_outputs, piped_outputs))
+        compare_outputs(a, b)[0] for a, b in zip(plain_outputs, piped_outputs)
+    )
     ideal = 1 / max(t_stage, t_main)
     piped = stats["records_per_s"]
-    return {"t_stage_ms": round(t_stage * 1e3, 3), "t_main_ms": round(t_main * 1e3, 3),
-            "unpipelined_records_per_s": round(plain, 2), "pipelined_records_per_s": piped,
-            "ideal_records_per_s": round(ideal, 2), "speedup": round(piped / plain, 3),
-            "fraction_of_ideal": round(piped / ideal, 3), "identical_outputs": identical,
-            "machine_parallel_capacity": round(capacity, 2), "pipeline": stats}
+    return {
+        "t_stage_ms": round(t_stage * 1e3, 3),
+        "t_main_ms": round(t_main * 1e3, 3),
+        "unpipelined_records_per_s": round(plain, 2),
+        "pipelined_records_per_s": piped,
+        "ideal_records_per_s": round(ideal, 2),
+        "speedup": round(piped / plain, 3),
+        "fraction_of_ideal": round(piped / ideal, 3),
+        "identical_outputs": identical,
+        "machine_parallel_capacity": round(capacity, 2),
+        "pipeline": stats,
+    }
 
 
 def main():
@@ -220,19 +245,31 @@ def main():
         rounds = [one_round(bench, args) for _ in range(args.rounds)]  # interleaved: both see the same load
         bench.runner.close()
     rounds.sort(key=lambda r: r["speedup"])
-    doc = {"records": args.records, "batch_size": args.batch_size, "mlp_depth": depth, "mlp_width": WIDTH,
-           **rounds[len(rounds) // 2], "rounds": [{k: r[k] for k in ("speedup", "fraction_of_ideal")} for r in rounds],
-           "targets": {"speedup": SPEEDUP_TARGET, "fraction_of_ideal": EFFICIENCY_TARGET}}
-    doc["met"] = (doc["speedup"] >= SPEEDUP_TARGET and doc["fraction_of_ideal"] >= EFFICIENCY_TARGET
-                  and all(r["identical_outputs"] for r in rounds))
+    doc = {
+        "records": args.records,
+        "batch_size": args.batch_size,
+        "mlp_depth": depth,
+        "mlp_width": WIDTH,
+        **rounds[len(rounds) // 2],
+        "rounds": [{k: r[k] for k in ("speedup", "fraction_of_ideal")} for r in rounds],
+        "targets": {"speedup": SPEEDUP_TARGET, "fraction_of_ideal": EFFICIENCY_TARGET},
+    }
+    doc["met"] = (
+        doc["speedup"] >= SPEEDUP_TARGET
+        and doc["fraction_of_ideal"] >= EFFICIENCY_TARGET
+        and all(r["identical_outputs"] for r in rounds)
+    )
     stats = doc["pipeline"]
-    print(f"median of {len(rounds)} rounds: t_stage {doc['t_stage_ms']} ms, t_main {doc['t_main_ms']} ms "
-          f"(depth {depth}); unpipelined {doc['unpipelined_records_per_s']}/s, pipelined "
-          f"{doc['pipelined_records_per_s']}/s, ideal {doc['ideal_records_per_s']}/s; speedup {doc['speedup']} "
-          f"(target {SPEEDUP_TARGET}), {doc['fraction_of_ideal']:.0%} of ideal (target {EFFICIENCY_TARGET:.0%}); "
-          f"identical outputs: {doc['identical_outputs']}; two threads of preprocessing ran "
-          f"{doc['machine_parallel_capacity']}x one; blocked upstream {stats['upstream_blocked_s']} s, "
-          f"downstream {stats['downstream_blocked_s']} s -> {'met' if doc['met'] else 'NOT met'}", file=sys.stderr)
+    print(
+        f"median of {len(rounds)} rounds: t_stage {doc['t_stage_ms']} ms, t_main {doc['t_main_ms']} ms "
+        f"(depth {depth}); unpipelined {doc['unpipelined_records_per_s']}/s, pipelined "
+        f"{doc['pipelined_records_per_s']}/s, ideal {doc['ideal_records_per_s']}/s; speedup {doc['speedup']} "
+        f"(target {SPEEDUP_TARGET}), {doc['fraction_of_ideal']:.0%} of ideal (target {EFFICIENCY_TARGET:.0%}); "
+        f"identical outputs: {doc['identical_outputs']}; two threads of preprocessing ran "
+        f"{doc['machine_parallel_capacity']}x one; blocked upstream {stats['upstream_blocked_s']} s, "
+        f"downstream {stats['downstream_blocked_s']} s -> {'met' if doc['met'] else 'NOT met'}",
+        file=sys.stderr,
+    )
     if args.json:
         print(json.dumps(doc, indent=2))
     return 0 if doc["met"] else 1

@@ -9,6 +9,7 @@ raw drawing of every op and edge with no folding, laid out by the same dot (stop
     python bench/visualize_scale.py
     python bench/visualize_scale.py --model path/to/saved_model --unfolded-timeout 60 --json
 """
+
 import argparse
 import json
 import os
@@ -30,8 +31,12 @@ def cli_seconds(args, repeats):
     best = float("inf")
     for _ in range(repeats):
         started = time.perf_counter()
-        result = subprocess.run([sys.executable, "-m", "msopt", "visualize", *args], capture_output=True, text=True,
-                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+        result = subprocess.run(
+            [sys.executable, "-m", "msopt", "visualize", *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
         elapsed = time.perf_counter() - started
         if result.returncode != 0:
             raise SystemExit(f"msopt visualize failed: {result.stderr.strip()}")
@@ -75,8 +80,12 @@ def unfolded_seconds(ops, edges, out_dir, timeout):
         f.write("\n".join(lines))
     started = time.perf_counter()
     try:
-        subprocess.run(["dot", "-Tsvg", path, "-o", os.path.join(out_dir, "raw.svg")], check=True, timeout=timeout,
-                       capture_output=True)
+        subprocess.run(
+            ["dot", "-Tsvg", path, "-o", os.path.join(out_dir, "raw.svg")],
+            check=True,
+            timeout=timeout,
+            capture_output=True,
+        )
     except subprocess.TimeoutExpired:
         return None, None
     return time.perf_counter() - started, os.path.getsize(os.path.join(out_dir, "raw.svg"))
@@ -84,7 +93,9 @@ def unfolded_seconds(ops, edges, out_dir, timeout):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="SavedModel to draw (default: tf-keras NASNetMobile, weights=None, cached)")
+    parser.add_argument(
+        "--model", default=None, help="SavedModel to draw (default: tf-keras NASNetMobile, weights=None, cached)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--unfolded-timeout", type=float, default=120.0)
     parser.add_argument("--json", action="store_true")
@@ -121,13 +132,20 @@ def main():
         print(json.dumps(figures, indent=2))
     else:
         dot_folded = steps["graphviz_s"]
-        raw_text = (f"{len(ops)} nodes, dot {raw:.2f} s ({raw / dot_folded:.0f}x the folded view's {dot_folded:.2f} s), "
-                    f"{raw_bytes // 1024} KiB of SVG" if raw is not None else
-                    f"{len(ops)} nodes, dot stopped after {args.unfolded_timeout:.0f} s")
-        print(f"NASNetMobile: {figures['nodes_in_model']} nodes in {figures['functions']} functions; "
-              f"the serving signature runs {len(ops)} ops, {len(edges)} edges")
-        print(f"  folded view, model to SVG (command line, best of {args.repeats}): {folded:.2f} s "
-              f"(target {TARGET_S:.0f} s); {drawn} boxes and ops drawn, {svg_bytes // 1024} KiB")
+        raw_text = (
+            f"{len(ops)} nodes, dot {raw:.2f} s ({raw / dot_folded:.0f}x the folded view's {dot_folded:.2f} s), "
+            f"{raw_bytes // 1024} KiB of SVG"
+            if raw is not None
+            else f"{len(ops)} nodes, dot stopped after {args.unfolded_timeout:.0f} s"
+        )
+        print(
+            f"NASNetMobile: {figures['nodes_in_model']} nodes in {figures['functions']} functions; "
+            f"the serving signature runs {len(ops)} ops, {len(edges)} edges"
+        )
+        print(
+            f"  folded view, model to SVG (command line, best of {args.repeats}): {folded:.2f} s "
+            f"(target {TARGET_S:.0f} s); {drawn} boxes and ops drawn, {svg_bytes // 1024} KiB"
+        )
         print(f"  with policy auto on 4 streams (planning and simulation included): {auto:.2f} s")
         print("  in-process steps: " + ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in steps.items()))
         print(f"  unfolded: dot on every op and edge: {raw_text}")

@@ -8,6 +8,7 @@ The only changes from DeepRec's version: ``tf.stream`` becomes ``msopt.stream``;
     python examples/deeprec_linreg.py --device-type cpu            # 2 streams on 2 logical CPU devices
     python examples/deeprec_linreg.py --device-type cpu --no-streams --json
 """
+
 import argparse
 import json
 import os
@@ -22,12 +23,72 @@ import msopt  # noqa: E402
 
 v1 = tf.compat.v1
 
-train_X = np.array([[3.3], [4.4], [5.5], [6.71], [6.93], [4.168], [9.779], [6.182], [7.59], [2.167], [7.042],
-                    [10.791], [5.313], [7.997], [5.654], [9.27], [3.1]], dtype=np.float32)
-train_Y = np.array([[3.3], [4.4], [5.5], [6.71], [6.93], [4.168], [9.779], [6.182], [7.59], [2.167], [7.042],
-                    [10.791], [5.313], [7.997], [5.654], [9.27], [3.1]], dtype=np.float32)
-train_Z = np.array([[1.7], [2.76], [2.09], [3.19], [1.694], [1.573], [3.336], [2.596], [2.53], [1.221], [2.827],
-                    [3.465], [1.65], [2.904], [2.42], [2.94], [1.3]], dtype=np.float32)
+train_X = np.array(
+    [
+        [3.3],
+        [4.4],
+        [5.5],
+        [6.71],
+        [6.93],
+        [4.168],
+        [9.779],
+        [6.182],
+        [7.59],
+        [2.167],
+        [7.042],
+        [10.791],
+        [5.313],
+        [7.997],
+        [5.654],
+        [9.27],
+        [3.1],
+    ],
+    dtype=np.float32,
+)
+train_Y = np.array(
+    [
+        [3.3],
+        [4.4],
+        [5.5],
+        [6.71],
+        [6.93],
+        [4.168],
+        [9.779],
+        [6.182],
+        [7.59],
+        [2.167],
+        [7.042],
+        [10.791],
+        [5.313],
+        [7.997],
+        [5.654],
+        [9.27],
+        [3.1],
+    ],
+    dtype=np.float32,
+)
+train_Z = np.array(
+    [
+        [1.7],
+        [2.76],
+        [2.09],
+        [3.19],
+        [1.694],
+        [1.573],
+        [3.336],
+        [2.596],
+        [2.53],
+        [1.221],
+        [2.827],
+        [3.465],
+        [1.65],
+        [2.904],
+        [2.42],
+        [2.94],
+        [1.3],
+    ],
+    dtype=np.float32,
+)
 
 
 def build(use_streams):
@@ -81,8 +142,15 @@ def train(steps=1000, log_step=100, use_streams=True, device_type="gpu", run_met
             final_loss = float(sess.run(t["loss"], feed_dict=feed))
             w_x, b, w_y = sess.run([t["W_X"], t["b"], t["W_Y"]])
     executed = {n.name: n.device.rpartition("/")[2] for g in metadata.partition_graphs for n in g.node}
-    return {"losses": losses, "final_loss": final_loss, "w_x": float(w_x.ravel()[0]), "b": float(b.ravel()[0]),
-            "w_y": float(w_y.ravel()[0]), "partition_graphs": len(metadata.partition_graphs), "executed_devices": executed}
+    return {
+        "losses": losses,
+        "final_loss": final_loss,
+        "w_x": float(w_x.ravel()[0]),
+        "b": float(b.ravel()[0]),
+        "w_y": float(w_y.ravel()[0]),
+        "partition_graphs": len(metadata.partition_graphs),
+        "executed_devices": executed,
+    }
 
 
 def main(argv=None):

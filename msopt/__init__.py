@@ -4,13 +4,21 @@ The Python API (msopt.inspect, msopt.partition, msopt.simulate; errors msopt.Inp
 msopt.CheckFailed, msopt.VerifyFailed) and ``msopt.stream`` are loaded on first use, so
 ``import msopt`` never imports TensorFlow.
 """
+
 import sys
 import types
 
 __version__ = "0.1.0"
 
-API = {"inspect": "msopt.api", "partition": "msopt.api", "simulate": "msopt.api", "stream": None,
-       "InputError": "msopt.errors", "CheckFailed": "msopt.errors", "VerifyFailed": "msopt.errors"}
+API = {
+    "inspect": "msopt.api",
+    "partition": "msopt.api",
+    "simulate": "msopt.api",
+    "stream": None,
+    "InputError": "msopt.errors",
+    "CheckFailed": "msopt.errors",
+    "VerifyFailed": "msopt.errors",
+}
 __all__ = ["__version__", *API]
 
 

@@ -4,6 +4,7 @@ Bad input raises msopt.InputError, a failed verification msopt.VerifyFailed (a C
 carrying the report); nothing here exits or prints. TensorFlow is imported only by
 ``partition(..., verify=True)``.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,15 @@ from typing import Any, Optional, Union
 
 from msopt.errors import InputError, VerifyFailed
 from msopt.outputs import check_parent
-from msopt.plan import CostOptions, ManualOptions, PlanOptions, StageOptions, build_cost_model, make_plan, resolve_policy
+from msopt.plan import (
+    CostOptions,
+    ManualOptions,
+    PlanOptions,
+    StageOptions,
+    build_cost_model,
+    make_plan,
+    resolve_policy,
+)
 
 PathLike = Union[str, "os.PathLike[str]"]
 Progress = Optional[Callable[[str], None]]
@@ -32,13 +41,30 @@ def inspect(model: PathLike, tags: str | None = None) -> dict[str, Any]:
     return describe(loaded, view)
 
 
-def partition(model: PathLike, streams: int = 4, policy: str | None = None, output: PathLike | None = None, *,
-              placement: str = "attr", device_type: str = "gpu", force: bool = False, verify: bool = False,
-              inputs: PathLike | None = None, tolerance: float | None = None,
-              target: str | None = None, batch_size: int = 1, costs: PathLike | None = None,
-              rules: PathLike | None = None, override: bool = False, const_dup: bool = True,
-              boundary: Iterable[str] = (), tags: str | None = None, report: PathLike | None = None,
-              progress: Progress = None, warn: Progress = None) -> dict[str, Any]:
+def partition(
+    model: PathLike,
+    streams: int = 4,
+    policy: str | None = None,
+    output: PathLike | None = None,
+    *,
+    placement: str = "attr",
+    device_type: str = "gpu",
+    force: bool = False,
+    verify: bool = False,
+    inputs: PathLike | None = None,
+    tolerance: float | None = None,
+    target: str | None = None,
+    batch_size: int = 1,
+    costs: PathLike | None = None,
+    rules: PathLike | None = None,
+    override: bool = False,
+    const_dup: bool = True,
+    boundary: Iterable[str] = (),
+    tags: str | None = None,
+    report: PathLike | None = None,
+    progress: Progress = None,
+    warn: Progress = None,
+) -> dict[str, Any]:
     """Assign every op of ``model`` to one of ``streams`` streams and write the rewritten model: `msopt partition --json`.
 
     ``output`` defaults to ``<model>_ms<streams>`` beside the model. With ``verify`` the rewrite reaches
@@ -80,8 +106,14 @@ def partition(model: PathLike, streams: int = 4, policy: str | None = None, outp
     if report:
         check_parent(report)
     say(f"partitioning {len(view.nodes)} nodes with policy {policy}")
-    options = PlanOptions(streams=streams, policy=policy, cost=CostOptions(target, batch_size, _path(costs)),
-                          manual=ManualOptions(rules, override), stage=StageOptions(tuple(boundary)), const_dup=const_dup)
+    options = PlanOptions(
+        streams=streams,
+        policy=policy,
+        cost=CostOptions(target, batch_size, _path(costs)),
+        manual=ManualOptions(rules, override),
+        stage=StageOptions(tuple(boundary)),
+        const_dup=const_dup,
+    )
     cost_model = build_cost_model(view, loaded, options.cost)
     result = make_plan(view, options, loaded, cost_model)
     for line in unmatched_warnings(result.report.get("unmatched_rules", []), rules):
@@ -94,37 +126,74 @@ def partition(model: PathLike, streams: int = 4, policy: str | None = None, outp
 
         verified["elapsed_s"] = round(time.perf_counter() - started, 3)
         say("verifying in TensorFlow")
-        outcome = verified["verify"] = run_verify(loaded, load(built, tags), streams, device_type,
-                                                  inputs_npz=inputs and os.path.abspath(inputs), tolerance=tolerance)
+        outcome = verified["verify"] = run_verify(
+            loaded,
+            load(built, tags),
+            streams,
+            device_type,
+            inputs_npz=inputs and os.path.abspath(inputs),
+            tolerance=tolerance,
+        )
         if outcome.get("error"):
             outcome["error"] = outcome["error"].replace(str(built), out)
         return outcome["ok"]
 
     say(f"writing {out}")
-    written = emit.write(loaded, result.partition, out, placement, device_type, force, const_copies=result.const_copies,
-                         check=check if verify else None)
-    document = {"model": model, "policy": policy, **summarize(view, result.partition, streams), "placement": placement,
-                "constraint_merges": result.merges, "const_copies": result.const_copies, **result.report,
-                "output": written and out, "elapsed_s": verified.pop("elapsed_s", round(time.perf_counter() - started, 3))}
+    written = emit.write(
+        loaded,
+        result.partition,
+        out,
+        placement,
+        device_type,
+        force,
+        const_copies=result.const_copies,
+        check=check if verify else None,
+    )
+    document = {
+        "model": model,
+        "policy": policy,
+        **summarize(view, result.partition, streams),
+        "placement": placement,
+        "constraint_merges": result.merges,
+        "const_copies": result.const_copies,
+        **result.report,
+        "output": written and out,
+        "elapsed_s": verified.pop("elapsed_s", round(time.perf_counter() - started, 3)),
+    }
     document["simulated"] = run_simulation(view, result.partition, streams, cost_model).report()
     document.update(verified)
     if report:
         _write_json(report, document)
     if verify and not document["verify"]["ok"]:
         outcome = document["verify"]
-        why = next((f"; {d['node']}: {d['why']}" if d["node"] else f"; {d['why']}" for d in outcome.get("differences", [])), "")
+        why = next(
+            (f"; {d['node']}: {d['why']}" if d["node"] else f"; {d['why']}" for d in outcome.get("differences", [])), ""
+        )
         limit = f", more than --tolerance {tolerance:g}" if tolerance is not None else ""
-        cause = outcome.get("error") or (f"rewritten model differs from the original (max abs diff "
-                                         f"{outcome['max_abs_diff']:g}{limit}){why}")
+        cause = outcome.get("error") or (
+            f"rewritten model differs from the original (max abs diff {outcome['max_abs_diff']:g}{limit}){why}"
+        )
         raise VerifyFailed(f"{cause}; nothing written to {out}", document)
     return document
 
 
-def simulate(model: PathLike, streams: int = 4, policy: str | None = None, *, target: str | None = None,
-             batch_size: int = 1, costs: PathLike | None = None, launch_threads: int | None = None,
-             signature: str | None = None, boundary: Iterable[str] = (), rules: PathLike | None = None,
-             override: bool = False, timeline: PathLike | None = None, tags: str | None = None,
-             progress: Progress = None) -> dict[str, Any]:
+def simulate(
+    model: PathLike,
+    streams: int = 4,
+    policy: str | None = None,
+    *,
+    target: str | None = None,
+    batch_size: int = 1,
+    costs: PathLike | None = None,
+    launch_threads: int | None = None,
+    signature: str | None = None,
+    boundary: Iterable[str] = (),
+    rules: PathLike | None = None,
+    override: bool = False,
+    timeline: PathLike | None = None,
+    tags: str | None = None,
+    progress: Progress = None,
+) -> dict[str, Any]:
     """Plan as `partition` would, then simulate one run on a GPU: `msopt simulate --json`. Writes no model."""
     from msopt.load import open_model
     from msopt.simulate import simulate as run_simulation
@@ -135,16 +204,26 @@ def simulate(model: PathLike, streams: int = 4, policy: str | None = None, *, ta
     policy = resolve_policy(policy, rules)
     say(f"loading {model}")
     loaded, view = open_model(model, tags)
-    options = PlanOptions(streams=streams, policy=policy, manual=ManualOptions(rules, override),
-                          stage=StageOptions(tuple(boundary)),
-                          cost=CostOptions(target, batch_size, _path(costs), signature, launch_threads))
+    options = PlanOptions(
+        streams=streams,
+        policy=policy,
+        manual=ManualOptions(rules, override),
+        stage=StageOptions(tuple(boundary)),
+        cost=CostOptions(target, batch_size, _path(costs), signature, launch_threads),
+    )
     cost_model = build_cost_model(view, loaded, options.cost)
     say(f"partitioning with policy {policy}")
     planned = make_plan(view, options, loaded, cost_model)
     say(f"simulating {len(cost_model)} ops")
     result = run_simulation(view, planned.partition, streams, cost_model)
-    document = {"model": model, "policy": policy, **result.report(), "constraint_merges": len(planned.merges),
-                "notes": planned.notes, "elapsed_s": round(time.perf_counter() - started, 3)}
+    document = {
+        "model": model,
+        "policy": policy,
+        **result.report(),
+        "constraint_merges": len(planned.merges),
+        "notes": planned.notes,
+        "elapsed_s": round(time.perf_counter() - started, 3),
+    }
     if timeline:
         from msopt.timeline import chrome_trace
 

@@ -1,4 +1,5 @@
 """The msopt command line: groups the commands (msopt.commands) and maps errors to exit codes and one-line messages."""
+
 import os
 import sys
 from importlib import import_module
@@ -66,7 +67,10 @@ class Group(click.Group):
         except Exception as e:  # a bug of ours: still one line, traceback on request
             if os.environ.get("MSOPT_DEBUG"):
                 raise
-            fail(f"internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (set MSOPT_DEBUG=1 for a traceback)", 1)
+            fail(
+                f"internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (set MSOPT_DEBUG=1 for a traceback)",
+                1,
+            )
 
 
 def examples_last(command):

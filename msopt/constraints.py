@@ -20,6 +20,7 @@ change made. Each constraint is one function below; ``apply`` composes them:
 Functional control flow (While, If, Case and their Stateless forms) needs no rule here: the
 call is one node and its body functions are partitioned like any other function.
 """
+
 from collections import Counter, defaultdict
 
 from msopt.fusion import fusion_groups
@@ -34,6 +35,7 @@ REF_OFFSET = 100  # DataType values above 100 are reference types
 # Ops that have no GPU kernel in stock TensorFlow (or keep their outputs in host memory).
 # This list is maintained by hand: a CPU-only TensorFlow registers no GPU kernels, so
 # msopt cannot ask. Any op whose type or dtype attributes say "string" is host-only too.
+# fmt: off
 HOST_ONLY_OPS = frozenset({
     # checkpoints and files
     "SaveV2", "Save", "SaveSlices", "RestoreV2", "Restore", "RestoreSlice", "MergeV2Checkpoints",
@@ -81,6 +83,7 @@ BOOKKEEPING_OPS = frozenset({
 IF_OPS = frozenset({"If", "StatelessIf"})
 WHILE_OPS = frozenset({"While", "StatelessWhile"})
 CASE_OPS = frozenset({"Case", "StatelessCase"})
+# fmt: on
 LOOP_ENTRY, LOOP_EXIT = frozenset({"Enter", "RefEnter"}), frozenset({"Exit", "RefExit"})
 
 
@@ -91,8 +94,13 @@ def apply(view, partition, streams, options=None):
     host = host_only(view)
     merges = _drop(partition, host)
     links = _UnionFind()
-    linkers = (("colocation", colocation_links), ("resource", resource_links), ("frame", frame_links),
-               ("fusion", fusion_links), ("xla", xla_cluster_links))
+    linkers = (
+        ("colocation", colocation_links),
+        ("resource", resource_links),
+        ("frame", frame_links),
+        ("fusion", fusion_links),
+        ("xla", xla_cluster_links),
+    )
     for kind, linker in linkers:
         for a, b in linker(view):
             if a not in host and b not in host:
@@ -124,8 +132,15 @@ def _drop(partition, host):
         del partition[key]
     if not removed:
         return []
-    return [{"constraint": "host_only", "stream": None, "moved": removed, "group_size": len(removed),
-             "reason": "no GPU kernel or string data: keeps its device, no stream"}]
+    return [
+        {
+            "constraint": "host_only",
+            "stream": None,
+            "moved": removed,
+            "group_size": len(removed),
+            "reason": "no GPU kernel or string data: keeps its device, no stream",
+        }
+    ]
 
 
 # -- links: pairs of nodes that must share a stream --------------------------------------------
@@ -137,7 +152,7 @@ def colocation_links(view):
         for entry in node.proto.attr["_class"].list.s:
             entry = entry.decode(errors="replace")
             if entry.startswith("loc:@"):
-                other = node_key(node.function, entry[len("loc:@"):])
+                other = node_key(node.function, entry[len("loc:@") :])
                 if other in view.nodes and other != node.key:
                     yield node.key, other
 
@@ -164,7 +179,7 @@ def resource_links(view):
 def resource_carriers(view):
     """Keys of nodes whose output is a resource handle or a reference."""
     carriers = set()
-    for name, info in view.functions.items():
+    for _name, info in view.functions.items():
         for key, arg in zip(info.args, info.proto.signature.input_arg):
             if arg.type == DT_RESOURCE or arg.type > REF_OFFSET or arg.is_ref:
                 carriers.add(key)
@@ -259,8 +274,15 @@ def share_streams(view, partition, links, fallback=()):
         for key in real:
             partition[key] = stream
         if moved:
-            merges.append({"constraint": "+".join(sorted(kinds)), "stream": stream, "moved": moved,
-                           "group_size": len(real), "reason": _reason(kinds)})
+            merges.append(
+                {
+                    "constraint": "+".join(sorted(kinds)),
+                    "stream": stream,
+                    "moved": moved,
+                    "group_size": len(real),
+                    "reason": _reason(kinds),
+                }
+            )
     return merges
 
 
@@ -284,14 +306,19 @@ def _consumes_for_model(view, key, members):
     node = view.nodes[key]
     if node.op in RESOURCE_PRODUCERS or node.op in BOOKKEEPING_OPS:
         return False
-    return any(out not in members and not is_host_only(view.nodes[out]) for out in node.outputs
-               if not view.nodes[out].virtual)
+    return any(
+        out not in members and not is_host_only(view.nodes[out]) for out in node.outputs if not view.nodes[out].virtual
+    )
 
 
 def _reason(kinds):
-    text = {"colocation": "colocation group (_class loc:@)", "resource": "resource/reference and its consumers",
-            "frame": "TF1 control-flow frame", "fusion": "a group TensorFlow fuses into one kernel or sums on one device",
-            "xla": "an XLA cluster (compiled into one executable)"}
+    text = {
+        "colocation": "colocation group (_class loc:@)",
+        "resource": "resource/reference and its consumers",
+        "frame": "TF1 control-flow frame",
+        "fusion": "a group TensorFlow fuses into one kernel or sums on one device",
+        "xla": "an XLA cluster (compiled into one executable)",
+    }
     return "; ".join(text[k] for k in sorted(kinds))
 
 
@@ -334,8 +361,13 @@ def const_copies(view, partition):
         if node.op != "Const" or node.control_inputs or "_class" in node.proto.attr or is_host_only(node):
             continue
         own = partition.get(node.key, 0)
-        wanted = sorted({partition[c] for c in node.outputs
-                         if c in partition and partition[c] != own and any(s == node.key for s, _ in view.nodes[c].inputs)})
+        wanted = sorted(
+            {
+                partition[c]
+                for c in node.outputs
+                if c in partition and partition[c] != own and any(s == node.key for s, _ in view.nodes[c].inputs)
+            }
+        )
         if wanted:
             copies[node.key] = wanted
     return copies

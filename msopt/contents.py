@@ -1,4 +1,5 @@
 """What a model holds: format, tag sets, signatures, sizes, op types, streams and devices present."""
+
 import re
 from collections import Counter
 
@@ -9,7 +10,11 @@ from msopt.protos import DTYPE_NAMES
 def tensor_spec(info):
     """dtype and shape of a signature TensorInfo (None for an unknown dimension or rank)."""
     shape = None if info.tensor_shape.unknown_rank else [d.size if d.size >= 0 else None for d in info.tensor_shape.dim]
-    return {"name": info.name or info.WhichOneof("encoding"), "dtype": DTYPE_NAMES.get(info.dtype, str(info.dtype)), "shape": shape}
+    return {
+        "name": info.name or info.WhichOneof("encoding"),
+        "dtype": DTYPE_NAMES.get(info.dtype, str(info.dtype)),
+        "shape": shape,
+    }
 
 
 def natural_key(text):
@@ -50,19 +55,23 @@ def describe(model, view):
 
 def format_text(info, top=15):
     """The human form of describe()'s document."""
-    lines = [
-        f"{info['path']}: {info['format']}" + (" (TF2)" if info["tf2"] else ""),
-    ]
+    lines = [f"{info['path']}: {info['format']}" + (" (TF2)" if info["tf2"] else "")]
     if info["tag_sets"]:
-        lines.append(f"  tag sets: {'; '.join(','.join(t) for t in info['tag_sets'])}  (selected: {','.join(info['tags'])})")
-    lines.append(f"  nodes: {info['main_graph_nodes']} in the main graph, {info['function_nodes']} in {info['functions']} functions")
+        lines.append(
+            f"  tag sets: {'; '.join(','.join(t) for t in info['tag_sets'])}  (selected: {','.join(info['tags'])})"
+        )
+    lines.append(
+        f"  nodes: {info['main_graph_nodes']} in the main graph, {info['function_nodes']} in {info['functions']} functions"
+    )
     for name, sig in info["signatures"].items():
         lines.append(f"  signature {name}:")
         for kind in ("inputs", "outputs"):
             for key, spec in sig[kind].items():
                 lines.append(f"    {kind[:-1]:6} {key}: {spec['dtype']} {_shape(spec['shape'])}  ({spec['name']})")
     ops = list(info["op_types"].items())
-    shown = ", ".join(f"{op} {n}" for op, n in ops[:top]) + (f", ... ({len(ops) - top} more types)" if len(ops) > top else "")
+    shown = ", ".join(f"{op} {n}" for op, n in ops[:top]) + (
+        f", ... ({len(ops) - top} more types)" if len(ops) > top else ""
+    )
     lines.append(f"  op types: {shown}")
     streams = ", ".join(f"{k}: {v} nodes" for k, v in info["stream_ids"].items()) or "none"
     lines.append(f"  _stream_id present: {streams}")

@@ -12,6 +12,7 @@ share the GPU (see msopt.simulate). Ops that launch no kernel (Const, Identity, 
 Reshape, control-flow plumbing, functional If/While whose functions' ops are the kernels, ...)
 take no time. Measured times from a costs file replace the standalone time of the ops they name.
 """
+
 import json
 import math
 
@@ -19,15 +20,37 @@ from msopt.errors import InputError
 from msopt.flat import Tasks, flat_run
 from msopt.gc_pause import gc_paused
 from msopt.kernels import (  # noqa: F401  (re-exported: callers import the model's constants from here)
-    COMPUTE_EFFICIENCY, DTYPE_BYTES, ELEMENTWISE_OUTPUTS_PER_THREAD, GATHER_OPS, GEMM_OPS, GEMM_OUTPUTS_PER_THREAD,
-    MAX_BATCH_SIZE, MEMORY_EFFICIENCY, MIN_KERNEL_US, elements, flops_bytes, roofline,
+    COMPUTE_EFFICIENCY,
+    DTYPE_BYTES,
+    ELEMENTWISE_OUTPUTS_PER_THREAD,
+    GATHER_OPS,
+    GEMM_OPS,
+    GEMM_OUTPUTS_PER_THREAD,
+    MAX_BATCH_SIZE,
+    MEMORY_EFFICIENCY,
+    MIN_KERNEL_US,
+    elements,
+    flops_bytes,
+    roofline,
 )
 from msopt.op_tables import BACK_EDGE_OPS, CALL_OPS, NEUTRAL_OPS, NO_KERNEL_OPS, OUTPUT_ARGS  # noqa: F401
 from msopt.shapes import infer_shapes
 from msopt.targets import DEFAULT_TARGET, TARGETS, Target  # noqa: F401
 
-__all__ = ["CostModel", "Target", "TARGETS", "DEFAULT_TARGET", "Tasks", "gc_paused", "load_costs", "MIN_KERNEL_US",
-           "NO_KERNEL_OPS", "NEUTRAL_OPS", "CALL_OPS", "DTYPE_BYTES"]
+__all__ = [
+    "CostModel",
+    "Target",
+    "TARGETS",
+    "DEFAULT_TARGET",
+    "Tasks",
+    "gc_paused",
+    "load_costs",
+    "MIN_KERNEL_US",
+    "NO_KERNEL_OPS",
+    "NEUTRAL_OPS",
+    "CALL_OPS",
+    "DTYPE_BYTES",
+]
 
 
 def load_costs(path):
@@ -43,7 +66,7 @@ def load_costs(path):
     except RecursionError:
         raise InputError(f"{path}: costs file nests too deep") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("ops"), dict):
-        raise InputError(f"{path}: a costs file is {{\"unit\": \"us\", \"ops\": {{\"<node key>\": <time>, ...}}}}")
+        raise InputError(f'{path}: a costs file is {{"unit": "us", "ops": {{"<node key>": <time>, ...}}}}')
     unit = doc.get("unit", "us")
     if unit not in scale:
         raise InputError(f"{path}: unknown unit '{unit}'; use one of: {', '.join(scale)}")
@@ -83,7 +106,9 @@ class CostModel:
         t = self.tasks
         n = len(t.key)
         self.shapes = infer_shapes(view, t, feeds)  # per task: [(dtype, shape or None)] by output index
-        measured = load_costs(costs) if isinstance(costs, (str, bytes)) or hasattr(costs, "__fspath__") else (costs or {})
+        measured = (
+            load_costs(costs) if isinstance(costs, (str, bytes)) or hasattr(costs, "__fspath__") else (costs or {})
+        )
         self.duration = [0.0] * n  # standalone microseconds
         self.share = [0.0] * n  # fraction of the GPU the kernel occupies
         self.kernel = [False] * n  # launches a kernel
@@ -92,8 +117,10 @@ class CostModel:
         self.unknown_shapes = 0
         self.measured = 0
         self._out_elems = [[elements(shape, batch_size) for _, shape in outs] for outs in self.shapes]
-        self.out_bytes = [[e * DTYPE_BYTES.get(dtype, 4) for e, (dtype, _) in zip(elems, outs)]
-                          for elems, outs in zip(self._out_elems, self.shapes)]
+        self.out_bytes = [
+            [e * DTYPE_BYTES.get(dtype, 4) for e, (dtype, _) in zip(elems, outs)]
+            for elems, outs in zip(self._out_elems, self.shapes)
+        ]
         for i in range(n):
             self._cost(i, measured)
         del self._out_elems  # only the costs need element counts
@@ -123,8 +150,9 @@ class CostModel:
                 in_bytes += self.out_bytes[src][port]
             else:
                 ins.append(("float", None))
-        flops, bytes_moved = flops_bytes(op, self.view.nodes[key].proto, ins, in_elems, in_bytes, out_elems,
-                                          sum(self.out_bytes[i]), self.batch_size)
+        flops, bytes_moved = flops_bytes(
+            op, self.view.nodes[key].proto, ins, in_elems, in_bytes, out_elems, sum(self.out_bytes[i]), self.batch_size
+        )
         share, standalone = roofline(op, outs[0][0] if outs else "float", flops, bytes_moved, out_elems, target)
         self.flops[i] = flops
         self.share[i] = share

@@ -1,4 +1,5 @@
 """Drawing a plan: a signature's ops folded by scope, coloured by stream, as a picture (SVG, PNG, PDF, DOT) or an HTML report."""
+
 from __future__ import annotations
 
 import json
@@ -13,17 +14,31 @@ from msopt.errors import InputError
 from msopt.outputs import check_parent
 
 FORMATS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot", ".html": "html", ".htm": "html"}
-INSTALL_DOT = ("install graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; "
-               "conda: conda install graphviz)")
+INSTALL_DOT = (
+    "install graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; "
+    "conda: conda install graphviz)"
+)
 
 
-
-
-def draw(model: str, output: str | None = None, streams: int | None = None, policy: str | None = None,
-         rules: str | None = None, override: bool = False, depth: int = 1, expand: Iterable[str] = (),
-         signature: str | None = None, target: str | None = None, batch_size: int = 1, costs: str | None = None,
-         timeline: str | None = None, boundary: Iterable[str] = (), tags: str | None = None,
-         progress: Callable[[str], None] | None = None, warn: Callable[[str], None] | None = None) -> dict[str, Any]:
+def draw(
+    model: str,
+    output: str | None = None,
+    streams: int | None = None,
+    policy: str | None = None,
+    rules: str | None = None,
+    override: bool = False,
+    depth: int = 1,
+    expand: Iterable[str] = (),
+    signature: str | None = None,
+    target: str | None = None,
+    batch_size: int = 1,
+    costs: str | None = None,
+    timeline: str | None = None,
+    boundary: Iterable[str] = (),
+    tags: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Plan (as `msopt partition` would), simulate when the cost model can, and draw: the `msopt visualize --json` document.
 
     ``streams`` None: what the model's _stream_id attributes use (policy none), else 4.
@@ -45,8 +60,13 @@ def draw(model: str, output: str | None = None, streams: int | None = None, poli
     loaded, view = open_model(model, tags)
     ops, edges, sig = draw.signature_ops(loaded, view, signature)
     policy, streams = _policy_and_streams(view, policy, rules, streams)
-    options = PlanOptions(streams=streams, policy=policy, cost=CostOptions(target, batch_size, costs, sig),
-                          manual=ManualOptions(rules, override), stage=StageOptions(tuple(boundary)))
+    options = PlanOptions(
+        streams=streams,
+        policy=policy,
+        cost=CostOptions(target, batch_size, costs, sig),
+        manual=ManualOptions(rules, override),
+        stage=StageOptions(tuple(boundary)),
+    )
     cost_model = _cost_model(view, loaded, options.cost, warn or _quiet)
     say(f"partitioning with policy {policy} on {streams} streams")
     planned = make_plan(view, options, loaded, cost_model)
@@ -57,8 +77,10 @@ def draw(model: str, output: str | None = None, streams: int | None = None, poli
     rows = draw.legend_rows(op_streams, streams, busy)
     share_of = "est. time" if simulation else "share of ops"
     cross = sum(1 for s, d, _ in edges if op_streams[s] != op_streams[d])
-    title = (f"{Path(model.rstrip('/')).name}: signature {sig or '(whole graph)'}, policy {policy}, {_count(streams, 'stream')}, "
-             f"{_count(len(ops), 'op')}, {_count(cross, 'cross-stream edge')}")
+    title = (
+        f"{Path(model.rstrip('/')).name}: signature {sig or '(whole graph)'}, policy {policy}, {_count(streams, 'stream')}, "
+        f"{_count(len(ops), 'op')}, {_count(cross, 'cross-stream edge')}"
+    )
     if simulation:
         report = simulation.report()
         title += f", simulated {report['speedup']:.2f}x (bound {report['lower_bound_ms']:.3g} ms)"
@@ -68,10 +90,19 @@ def draw(model: str, output: str | None = None, streams: int | None = None, poli
     if timeline:
         _write_timeline(timeline, simulation)
     document = {
-        "model": model, "signature": sig, "policy": policy, "streams": streams, "output": str(written),
-        "format": fmt if written == out else "dot", "ops_shown": len(ops), "cross_stream_edges": cross,
-        "drawn": len(re.findall(r"^\s+[bo]\d+ \[", dot_text, re.M)), "legend": rows,
-        "simulation": simulation.report() if simulation else None, "timeline": timeline, "notes": notes,
+        "model": model,
+        "signature": sig,
+        "policy": policy,
+        "streams": streams,
+        "output": str(written),
+        "format": fmt if written == out else "dot",
+        "ops_shown": len(ops),
+        "cross_stream_edges": cross,
+        "drawn": len(re.findall(r"^\s+[bo]\d+ \[", dot_text, re.M)),
+        "legend": rows,
+        "simulation": simulation.report() if simulation else None,
+        "timeline": timeline,
+        "notes": notes,
         "elapsed_s": round(time.perf_counter() - started, 3),
     }
     return document
@@ -96,8 +127,10 @@ def _cost_model(view, loaded, cost, warn):
     except InputError:
         raise  # the user's --target, --batch-size or --costs
     except Exception as e:  # the picture does not need the simulation: say why it is missing
-        warn(f"note: no simulation ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-             "the legend shows shares of ops")
+        warn(
+            f"note: no simulation ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+            "the legend shows shares of ops"
+        )
         return None
 
 
@@ -123,15 +156,21 @@ def _write(out, fmt, dot_text, draw, report_html, title, rows, share_of, simulat
     except draw.DotMissing:
         dot_path = out.with_suffix(".dot")
         _write_text(dot_path, dot_text)
-        notes.append(f"graphviz 'dot' not found: wrote {dot_path}; {INSTALL_DOT}, "
-                     f"then: dot -Tsvg {dot_path} -o {out.with_suffix('.svg')}")
+        notes.append(
+            f"graphviz 'dot' not found: wrote {dot_path}; {INSTALL_DOT}, "
+            f"then: dot -Tsvg {dot_path} -o {out.with_suffix('.svg')}"
+        )
         if fmt != "html":
             return dot_path, notes
         svg = None
     events = simulation.events() if simulation else None
     waits = simulation.waits if simulation else None
-    _write_text(out, report_html.build(title, svg, rows, share_of, simulation.report() if simulation else None,
-                                       events, waits, notes=rule_notes))
+    _write_text(
+        out,
+        report_html.build(
+            title, svg, rows, share_of, simulation.report() if simulation else None, events, waits, notes=rule_notes
+        ),
+    )
     return out, notes
 
 

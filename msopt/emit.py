@@ -4,6 +4,7 @@ Stream ids become ``_stream_id`` attributes (and, with placement "device", devic
 which survive grappler's fusions). The input is never touched; the output appears whole or
 not at all (built beside it, then swapped into place: see msopt.outputs).
 """
+
 import shutil
 from pathlib import Path
 
@@ -64,16 +65,20 @@ def copy_name(name, stream):
 def _copy_consts(graph, partition, copies, placement, device_type):
     bodies = [(MAIN, graph.node)] + [(f.signature.name, f.node_def) for f in graph.library.function]
     for function, node_defs in bodies:
-        wanted = {nd.name: copies[node_key(function, nd.name)] for nd in node_defs if node_key(function, nd.name) in copies}
+        wanted = {
+            nd.name: copies[node_key(function, nd.name)] for nd in node_defs if node_key(function, nd.name) in copies
+        }
         if not wanted:
             continue
-        originals = {nd.name: protos.NodeDef.FromString(nd.SerializeToString()) for nd in node_defs if nd.name in wanted}
+        originals = {
+            nd.name: protos.NodeDef.FromString(nd.SerializeToString()) for nd in node_defs if nd.name in wanted
+        }
         for consumer in node_defs:
             stream = partition.get(node_key(function, consumer.name))
             for i, ref in enumerate(consumer.input):
                 source = ref.split(":")[0]
                 if stream in wanted.get(source, ()):
-                    consumer.input[i] = copy_name(source, stream) + ref[len(source):]
+                    consumer.input[i] = copy_name(source, stream) + ref[len(source) :]
         for name, streams in wanted.items():
             for stream in streams:
                 node = node_defs.add()
@@ -101,7 +106,7 @@ def _place_captured_variables(meta, partition, device_type):
             continue
         bound = objects.concrete_functions[function].bound_inputs  # object ids of the captured inputs, in order
         data = [ref for ref in nd.input if not ref.startswith("^")]
-        for ref, object_id in zip(data[len(data) - len(bound):], bound):
+        for ref, object_id in zip(data[len(data) - len(bound) :], bound):
             source = ref.split(":")[0]
             target = objects.nodes[object_id]
             if source in handles and source in partition and target.WhichOneof("kind") == "variable":
@@ -153,5 +158,7 @@ def _write_saved_model(model, saved, tmp):
         target = tmp / item.name
         (shutil.copytree if item.is_dir() else shutil.copy2)(item, target)
     name = "saved_model.pbtxt" if model.text else "saved_model.pb"
-    data = protos.to_text(saved).encode() if model.text else saved.SerializeToString(deterministic=True)  # map order fixed
+    data = (
+        protos.to_text(saved).encode() if model.text else saved.SerializeToString(deterministic=True)
+    )  # map order fixed
     (tmp / name).write_bytes(data)

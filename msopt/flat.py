@@ -10,9 +10,11 @@ control reference across those boundaries (loop back edges dropped), and numbers
 in a topological order (TensorFlow's executor's ready order). The cost model, the visualizer
 and the rules' walk (msopt.rules.walk, for its argument binding) read this view.
 """
+
 from msopt.errors import InputError
 from msopt.graph import MAIN
-from msopt.op_tables import BACK_EDGE_OPS, CALL_OPS, FIRST_INPUT_IS_PREDICATE, output_index as _output_index
+from msopt.op_tables import BACK_EDGE_OPS, CALL_OPS, FIRST_INPUT_IS_PREDICATE
+from msopt.op_tables import output_index as _output_index
 from msopt.order import topological_order
 from msopt.protos import DTYPE_NAMES
 
@@ -181,7 +183,9 @@ class _Builder:
             for src in node.control_inputs:
                 t.control[target].extend(self.done_tasks(instance, src))
         # Control inputs of a call node hold back the body ops that have no other predecessor.
-        held = [(instance, node, child) for kind, instance, node, child in self.raw if kind != "op" and node.control_inputs]
+        held = [
+            (instance, node, child) for kind, instance, node, child in self.raw if kind != "op" and node.control_inputs
+        ]
         if held:
             by_instance = {}
             for i, inst in enumerate(t.instance):

@@ -20,10 +20,13 @@ Matching is by op type only (like remapper's SubGraphMatcher); the value and sha
 TensorFlow adds on top are left out, so a group found here may not be fused in the end:
 keeping it on one stream is then harmless.
 """
+
 from collections import namedtuple
 from itertools import permutations
 
-PASS_THROUGH = frozenset({"Identity", "StopGradient", "PreventGradient", "Snapshot"})  # removed before the remapper runs
+PASS_THROUGH = frozenset(
+    {"Identity", "StopGradient", "PreventGradient", "Snapshot"}
+)  # removed before the remapper runs
 
 
 class P:
@@ -103,6 +106,7 @@ def _transpose_around(op):
     return P("Transpose", P(op, P("Transpose", ANY, ANY), *([ANY] if op != "MaxPool3D" else [])), ANY)
 
 
+# fmt: off
 PATTERNS = (
     # remapper, on every device (subject to its dtype/format checks)
     Pattern("contraction+bias", "remapper.cc FindContractionWithBias", "cpu,gpu", (_bias(),)),
@@ -176,6 +180,7 @@ GROUPS = (
     Group("associative tree", "arithmetic_optimizer.cc MinimizeBroadcastsStage (after ConvertPowStage)",
           frozenset({"Mul", "Add", "AddV2"}), True, {"Pow": "Mul"}),
 )
+# fmt: on
 
 
 def fusion_groups(view):
@@ -202,7 +207,9 @@ def fusion_groups(view):
 def _match(view, key, pattern):
     """The keys a pattern matches at ``key`` (pass-through Identity nodes included), or None."""
     node, path = view.nodes.get(key), set()
-    while node is not None and not node.virtual and node.op in PASS_THROUGH and node.inputs and node.op not in pattern.ops:
+    while (
+        node is not None and not node.virtual and node.op in PASS_THROUGH and node.inputs and node.op not in pattern.ops
+    ):
         path.add(node.key)
         node = view.nodes.get(node.inputs[0][0])
     if node is None or node.virtual or node.op not in pattern.ops:
@@ -238,6 +245,7 @@ def _data_consumers(view):
 def _tree(view, root, group, consumers):
     """The Add/AddN (or same-op) tree rooted at ``root`` that the arithmetic optimizer collapses:
     members with one data consumer, no control edges."""
+
     def op(node):
         return group.aliases.get(node.op, node.op)
 

@@ -1,4 +1,5 @@
 """Pausing Python's cyclic garbage collector around passes that allocate many small acyclic objects."""
+
 import gc
 from contextlib import contextmanager
 

@@ -4,6 +4,7 @@ A node's key is its name in the main graph and ``function:name`` inside a functi
 (TensorFlow node names never contain ':'). Function arguments appear as virtual ``_Arg``
 nodes so that edges from them are explicit; they carry no NodeDef and are never assigned.
 """
+
 from collections import Counter
 
 MAIN = ""  # the function name of the main graph

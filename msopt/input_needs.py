@@ -5,6 +5,7 @@ slices, control flow, function calls and returns) to the ops that constrain them
 lookup reading a table (ids below its row count), ``OneHot`` (its depth), ``FloorMod`` (its modulus),
 a range assertion (``x < c`` or ``c > max(x)``), a control-flow predicate (a scalar), and the string parsers.
 """
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -12,6 +13,7 @@ import numpy as np
 from msopt.op_tables import CALL_OPS
 
 # Ops whose output 0 carries the values of their input 0 (or of every data input for the n-ary ones).
+# fmt: off
 PASS_FIRST = {
     "Identity", "Cast", "Reshape", "ExpandDims", "Squeeze", "StridedSlice", "Slice", "Transpose", "Tile",
     "StopGradient", "Snapshot", "PreventGradient", "Enter", "RefEnter", "Exit", "RefExit", "NextIteration",
@@ -41,6 +43,7 @@ SAME_SHAPE = {"Identity", "Cast", "StopGradient", "Snapshot", "Enter", "Exit", "
               "PlaceholderWithDefault", "CheckNumerics", "Relu", "Relu6", "Elu", "Selu", "Tanh", "Sigmoid", "Neg",
               "Abs", "Exp", "Log", "Square", "Sqrt", "Floor", "Round", "Sign", "LogicalNot"}
 PREDICATES = {("Switch", 1), ("RefSwitch", 1), ("If", 0), ("StatelessIf", 0), ("Assert", 0), ("LoopCond", 0)}
+# fmt: on
 MAX_VISITS = 200_000
 
 
@@ -50,6 +53,7 @@ class Need:
     graph does not record; ``scalar``: a control-flow predicate; ``text``: the string format, e.g.
     ("number", "int"), ("csv", [dtypes], delimiter), ("split", delimiter, inner text), ("opaque", op, node),
     ("example", [(feature key, dtype, value count or None, Need of the parsed values)]) for a tf.Example."""
+
     bound: int = None
     unknown: str = None
     scalar: bool = False
@@ -101,14 +105,29 @@ class _Flow:
             return port or 0
         name, _, index = str(port).partition(":")
         index = int(index) if index.isdigit() else 0
-        named = {"output_false": 0, "output_true": 1, "y": 0, "idx": 1, "count": 2, "indices": 0, "values": 1,
-                 "shape": 2, "output_indices": 0, "output_values": 1}
+        named = {
+            "output_false": 0,
+            "output_true": 1,
+            "y": 0,
+            "idx": 1,
+            "count": 2,
+            "indices": 0,
+            "values": 1,
+            "shape": 2,
+            "output_indices": 0,
+            "output_values": 1,
+        }
         if node.op in self.view.functions:
             return self.view.functions[node.op].output_index(port) or 0
         if node.op in ("ParseExample", "ParseExampleV2", "ParseSingleExample"):  # output lists, flattened
             sizes = [len(node.proto.attr[a].list.type) for a in ("sparse_types", "Tdense", "ragged_value_types")]
-            first = {"sparse_values": sizes[0], "sparse_shapes": 2 * sizes[0], "dense_values": 3 * sizes[0],
-                     "ragged_values": 3 * sizes[0] + sizes[1], "ragged_row_splits": 3 * sizes[0] + sizes[1] + sizes[2]}
+            first = {
+                "sparse_values": sizes[0],
+                "sparse_shapes": 2 * sizes[0],
+                "dense_values": 3 * sizes[0],
+                "ragged_values": 3 * sizes[0] + sizes[1],
+                "ragged_row_splits": 3 * sizes[0] + sizes[1] + sizes[2],
+            }
             return first.get(name, 0) + index
         if name in named and node.op not in CALLS | BRANCHES | LOOPS | {"IdentityN"}:
             return named[name]
@@ -257,9 +276,17 @@ class _Flow:
             ragged_keys, ragged_types = self.const_strs(node, 4), list(attr["ragged_value_types"].list.type)
             if ragged_keys is None or len(ragged_keys) != len(ragged_types):
                 return None
-            sparse_keys, sparse_types = sparse_keys + ragged_keys if sparse_keys is not None else None, sparse_types + ragged_types
-        if sparse_keys is None or dense_keys is None or None in sparse_keys + dense_keys \
-                or len(sparse_keys) != len(sparse_types) or len(dense_keys) != len(dense_types):
+            sparse_keys, sparse_types = (
+                sparse_keys + ragged_keys if sparse_keys is not None else None,
+                sparse_types + ragged_types,
+            )
+        if (
+            sparse_keys is None
+            or dense_keys is None
+            or None in sparse_keys + dense_keys
+            or len(sparse_keys) != len(sparse_types)
+            or len(dense_keys) != len(dense_types)
+        ):
             return None
         shapes = [_dims(s) for s in attr["dense_shapes"].list.shape]
         sparse = len(attr["sparse_types"].list.type)
@@ -366,7 +393,9 @@ class _Flow:
             return None
         node = self.view.nodes[key]
         if node.virtual:
-            shapes = [self.shape(*self.source(caller, position), depth + 1) for caller, position in self._arg_sources(node)]
+            shapes = [
+                self.shape(*self.source(caller, position), depth + 1) for caller, position in self._arg_sources(node)
+            ]
             shapes = [s for s in shapes if s is not None]
             if not shapes or any(len(s) != len(shapes[0]) for s in shapes):
                 return None
@@ -377,8 +406,21 @@ class _Flow:
             return _dims(attr["shape"].shape)
         if node.op == "Const":
             return _dims(attr["value"].tensor.tensor_shape)
-        if node.op in ("ReadVariableOp", "Identity", "Enter", "RefEnter", "Switch", "RefSwitch", "Snapshot",
-                       "StopGradient", "RefIdentity") and node.inputs:
+        if (
+            node.op
+            in (
+                "ReadVariableOp",
+                "Identity",
+                "Enter",
+                "RefEnter",
+                "Switch",
+                "RefSwitch",
+                "Snapshot",
+                "StopGradient",
+                "RefIdentity",
+            )
+            and node.inputs
+        ):
             found = self.shape(*self.source(node, 0), depth + 1)
             if found is not None:
                 return found

@@ -5,6 +5,7 @@ graph (msopt.input_needs): ids stay below the row count of the tables they index
 predicates are scalars, strings take the form their parsers expect. An .npz file is data only:
 it is opened without pickle support and only the arrays the signature needs are read.
 """
+
 import zipfile
 import zlib
 
@@ -13,10 +14,20 @@ import numpy as np
 from msopt.errors import InputError
 
 NUMPY_DTYPES = {
-    "float": np.float32, "double": np.float64, "half": np.float16, "bfloat16": np.float32,
-    "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
-    "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
-    "bool": np.bool_, "string": object,
+    "float": np.float32,
+    "double": np.float64,
+    "half": np.float16,
+    "bfloat16": np.float32,
+    "int8": np.int8,
+    "int16": np.int16,
+    "int32": np.int32,
+    "int64": np.int64,
+    "uint8": np.uint8,
+    "uint16": np.uint16,
+    "uint32": np.uint32,
+    "uint64": np.uint64,
+    "bool": np.bool_,
+    "string": object,
 }
 DEFAULT_ID_BOUND = 10  # integers the graph does not bound: small, so valid as ids of small tables
 TOKENS = np.array([b"a", b"bc", b"zz", b"x1", b"q", b"id7", b""], dtype=object)
@@ -34,13 +45,19 @@ class InputGenerator:
         for key, spec in self.inputs.items():
             need = self.needs[key]
             if spec["dtype"] not in NUMPY_DTYPES:
-                raise InputError(f"input '{key}' has dtype {spec['dtype']}, which msopt cannot generate; pass --inputs FILE.npz")
+                raise InputError(
+                    f"input '{key}' has dtype {spec['dtype']}, which msopt cannot generate; pass --inputs FILE.npz"
+                )
             if need.bound is None and need.unknown:
-                raise InputError(f"input '{key}' indexes a table at node '{need.unknown}' whose size the graph does "
-                                 "not record, so msopt cannot generate valid ids; pass --inputs FILE.npz")
+                raise InputError(
+                    f"input '{key}' indexes a table at node '{need.unknown}' whose size the graph does "
+                    "not record, so msopt cannot generate valid ids; pass --inputs FILE.npz"
+                )
             if spec["dtype"] == "string" and need.text and need.text[0] == "opaque":
-                raise InputError(f"input '{key}' is parsed by {need.text[1]} (node '{need.text[2]}'), whose format "
-                                 "msopt does not generate; pass --inputs FILE.npz")
+                raise InputError(
+                    f"input '{key}' is parsed by {need.text[1]} (node '{need.text[2]}'), whose format "
+                    "msopt does not generate; pass --inputs FILE.npz"
+                )
 
     def shape(self, key, batch_size):
         spec, need = self.inputs[key], self.needs[key]
@@ -78,7 +95,9 @@ def _text(text, rng, bound):
     """One string in the form ``text`` (see input_needs.Need) describes."""
     kind = text[0] if text else "token"
     if kind == "number":
-        value = rng.integers(0, bound or DEFAULT_ID_BOUND) if text[1] == "int" else round(float(rng.standard_normal()), 3)
+        value = (
+            rng.integers(0, bound or DEFAULT_ID_BOUND) if text[1] == "int" else round(float(rng.standard_normal()), 3)
+        )
         return str(value).encode()
     if kind == "csv":
         return text[2].join(CSV_FIELDS.get(t, "1") for t in text[1]).encode()
@@ -121,7 +140,9 @@ def read_npz(path, inputs):
     with data:
         missing = sorted(set(inputs) - set(data.files))
         if missing:
-            raise InputError(f"{path}: no array for input '{missing[0]}' (the signature needs: {', '.join(sorted(inputs))})")
+            raise InputError(
+                f"{path}: no array for input '{missing[0]}' (the signature needs: {', '.join(sorted(inputs))})"
+            )
         arrays = {}
         for key in sorted(inputs):
             try:
@@ -151,12 +172,17 @@ def check_input(key, spec, value):
     if dtype == "string":
         if given.kind not in "SU":
             raise InputError(f"input '{key}': expected dtype string, given {given}")
-        value = np.vectorize(lambda s: s.encode() if isinstance(s, str) else bytes(s), otypes=[object])(value) \
-            if value.size else value.astype(object)
+        value = (
+            np.vectorize(lambda s: s.encode() if isinstance(s, str) else bytes(s), otypes=[object])(value)
+            if value.size
+            else value.astype(object)
+        )
     elif want is None or given != np.dtype(want):
         raise InputError(f"input '{key}': expected dtype {dtype}, given {given}")
     shape = spec["shape"]
-    if shape is not None and (len(shape) != value.ndim or any(d is not None and d != g for d, g in zip(shape, value.shape))):
+    if shape is not None and (
+        len(shape) != value.ndim or any(d is not None and d != g for d, g in zip(shape, value.shape))
+    ):
         expected = "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
         raise InputError(f"input '{key}': expected shape {expected}, given {list(value.shape)}")
     return value

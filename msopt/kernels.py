@@ -1,9 +1,10 @@
 """Kernel costs: an op's FLOPs and bytes, and its roofline time and GPU share on a target.
 
-  full_gpu_us = max(flops / (peak * COMPUTE_EFFICIENCY), bytes / (bandwidth * MEMORY_EFFICIENCY))
-  share       = clamp(threads / (sms * threads_per_sm), 1 / sms, 1)   threads = outputs / outputs per thread
-  standalone  = max(MIN_KERNEL_US, full_gpu_us / share)
+full_gpu_us = max(flops / (peak * COMPUTE_EFFICIENCY), bytes / (bandwidth * MEMORY_EFFICIENCY))
+share       = clamp(threads / (sms * threads_per_sm), 1 / sms, 1)   threads = outputs / outputs per thread
+standalone  = max(MIN_KERNEL_US, full_gpu_us / share)
 """
+
 import math
 
 from msopt.shapes import flag
@@ -16,14 +17,57 @@ GEMM_OUTPUTS_PER_THREAD = 1.3  # outputs per thread of a Conv/MatMul kernel: fit
 MAX_BATCH_SIZE = 2**31 - 1  # larger batches overflow the figures, and no GPU holds them
 ELEMENTWISE_OUTPUTS_PER_THREAD = 4  # outputs per thread of elementwise/reduction kernels (Eigen vectorizes by 4)
 
-DTYPE_BYTES = {"float": 4, "double": 8, "int32": 4, "uint8": 1, "int16": 2, "int8": 1, "string": 16, "complex64": 8,
-               "int64": 8, "bool": 1, "qint8": 1, "quint8": 1, "qint32": 4, "bfloat16": 2, "qint16": 2, "quint16": 2,
-               "uint16": 2, "complex128": 16, "half": 2, "resource": 0, "variant": 0, "uint32": 4, "uint64": 8}
+DTYPE_BYTES = {
+    "float": 4,
+    "double": 8,
+    "int32": 4,
+    "uint8": 1,
+    "int16": 2,
+    "int8": 1,
+    "string": 16,
+    "complex64": 8,
+    "int64": 8,
+    "bool": 1,
+    "qint8": 1,
+    "quint8": 1,
+    "qint32": 4,
+    "bfloat16": 2,
+    "qint16": 2,
+    "quint16": 2,
+    "uint16": 2,
+    "complex128": 16,
+    "half": 2,
+    "resource": 0,
+    "variant": 0,
+    "uint32": 4,
+    "uint64": 8,
+}
 
-GEMM_OPS = {"Conv2D", "Conv3D", "MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "DepthwiseConv2dNative",
-            "_FusedConv2D", "_FusedMatMul", "Conv2DBackpropInput", "Einsum"}
-GATHER_OPS = {"Gather", "GatherV2", "ResourceGather", "GatherNd", "ResourceGatherNd", "SparseSegmentSum",
-              "SparseSegmentMean", "SparseSegmentSqrtN", "EmbeddingLookup", "UnsortedSegmentSum"}
+GEMM_OPS = {
+    "Conv2D",
+    "Conv3D",
+    "MatMul",
+    "BatchMatMul",
+    "BatchMatMulV2",
+    "BatchMatMulV3",
+    "DepthwiseConv2dNative",
+    "_FusedConv2D",
+    "_FusedMatMul",
+    "Conv2DBackpropInput",
+    "Einsum",
+}
+GATHER_OPS = {
+    "Gather",
+    "GatherV2",
+    "ResourceGather",
+    "GatherNd",
+    "ResourceGatherNd",
+    "SparseSegmentSum",
+    "SparseSegmentMean",
+    "SparseSegmentSqrtN",
+    "EmbeddingLookup",
+    "UnsortedSegmentSum",
+}
 
 
 def elements(shape, batch_size):
@@ -71,7 +115,9 @@ def roofline(op, dtype, flops, bytes_moved, out_elems, target):
     else:
         peak = target.fp32_tflops
         per_thread = ELEMENTWISE_OUTPUTS_PER_THREAD
-    full_us = max(flops / (peak * 1e6 * COMPUTE_EFFICIENCY), bytes_moved / (target.memory_gbs * 1e3 * MEMORY_EFFICIENCY))
+    full_us = max(
+        flops / (peak * 1e6 * COMPUTE_EFFICIENCY), bytes_moved / (target.memory_gbs * 1e3 * MEMORY_EFFICIENCY)
+    )
     threads = max(1.0, out_elems / per_thread)
     share = min(1.0, max(1.0 / target.sms, threads / (target.sms * target.threads_per_sm)))
     return share, max(MIN_KERNEL_US, full_us / share)

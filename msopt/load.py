@@ -3,6 +3,7 @@
 SavedModel directories (binary or text, every MetaGraph), frozen GraphDefs (binary or
 text) and MetaGraphDef files. Only protobuf is needed: ops need not be registered.
 """
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,7 +98,9 @@ def _load_saved_model(path, tags):
     tag_sets = [tuple(mg.meta_info_def.tags) for mg in saved.meta_graphs]
     wanted = _split_tags(tags)
     if wanted is None:
-        index = next((i for i, t in enumerate(tag_sets) if set(t) == set(DEFAULT_TAGS)), 0 if len(tag_sets) == 1 else None)
+        index = next(
+            (i for i, t in enumerate(tag_sets) if set(t) == set(DEFAULT_TAGS)), 0 if len(tag_sets) == 1 else None
+        )
         if index is None:
             raise InputError(f"{path}: several tag sets ({_show(tag_sets)}); choose one with --tags")
     else:

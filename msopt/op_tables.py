@@ -10,6 +10,7 @@ CONTROL_FLOW_OPS = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "C
 BACK_EDGE_OPS = frozenset({"NextIteration", "RefNextIteration"})
 
 # Ops that launch no kernel: graph plumbing, aliases, metadata and host-side bookkeeping.
+# fmt: off
 NO_KERNEL_OPS = frozenset({
     "Const", "HostConst", "Identity", "IdentityN", "NoOp", "Placeholder", "PlaceholderWithDefault", "_Arg", "_Retval",
     "VarHandleOp", "VariableV2", "Variable", "ReadVariableOp", "Reshape", "Squeeze", "ExpandDims", "Shape", "ShapeN",
@@ -43,6 +44,8 @@ OUTPUT_ARGS = {
     "SparseReshape": ("output_indices", "output_shape"), "StringSplit": ("indices", "values", "shape"),
     "StringSplitV2": ("indices", "values", "shape"),
 }
+
+# fmt: on
 
 
 def output_index(op, port):

@@ -11,6 +11,7 @@ Where the kernel or the file system cannot exchange (other systems, some network
 replaced directory is renamed aside first: the target is then missing for the instant between two
 renames.
 """
+
 import contextlib
 import ctypes
 import errno
@@ -74,7 +75,7 @@ def boxes(out):
     prefix = f".{out.name}.{_TAG}"
     found = {}
     for path in out.parent.glob(glob.escape(prefix) + "*.tmp"):
-        pid = path.name[len(prefix):].split("-", 1)[0]
+        pid = path.name[len(prefix) :].split("-", 1)[0]
         if pid.isdigit():
             found[path] = int(pid)
     return found

@@ -2,6 +2,7 @@
 
 Nodes absent from a partition run on the default stream 0 and keep their device.
 """
+
 from collections import defaultdict
 
 from msopt.errors import InputError
@@ -13,7 +14,9 @@ def check_range(partition, streams, source_of=None):
     for key, stream in partition.items():
         if not isinstance(stream, int) or not 0 <= stream < streams:
             source = (source_of or {}).get(key, "the existing _stream_id attribute")
-            raise InputError(f"node '{key}' gets stream {stream} from {source}, outside [0, {streams}) for --streams {streams}")
+            raise InputError(
+                f"node '{key}' gets stream {stream} from {source}, outside [0, {streams}) for --streams {streams}"
+            )
 
 
 def summarize(view, partition, streams):

@@ -3,16 +3,35 @@
 `msopt partition`, `simulate`, `visualize` and the Python API all plan through `make_plan`, so
 the same options give the same plan whichever command asks for it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
 from msopt.errors import InputError
-from msopt.rules import (AUTO, POLICIES, CollectiveOptions, ManualOptions, RuleOptions, StageOptions,
-                         check_policy, run_rule)
+from msopt.rules import (
+    AUTO,
+    POLICIES,
+    CollectiveOptions,
+    ManualOptions,
+    RuleOptions,
+    StageOptions,
+    check_policy,
+    run_rule,
+)
 
-__all__ = ["CollectiveOptions", "CostOptions", "ManualOptions", "PlanOptions", "PlanResult", "StageOptions",
-           "build_cost_model", "default_policy", "make_plan", "resolve_policy"]
+__all__ = [
+    "CollectiveOptions",
+    "CostOptions",
+    "ManualOptions",
+    "PlanOptions",
+    "PlanResult",
+    "StageOptions",
+    "build_cost_model",
+    "default_policy",
+    "make_plan",
+    "resolve_policy",
+]
 
 
 @dataclass(frozen=True)
@@ -76,14 +95,20 @@ def build_cost_model(view, model, cost: CostOptions):
         if name not in TARGETS:
             raise InputError(f"unknown target '{name}'; choose one of: {', '.join(TARGETS)}")
         target = replace(TARGETS[name], launch_threads=cost.launch_threads)
-    return CostModel(view, model, target=target, batch_size=cost.batch_size or 1, costs=cost.costs,
-                     signature=cost.signature)
+    return CostModel(
+        view, model, target=target, batch_size=cost.batch_size or 1, costs=cost.costs, signature=cost.signature
+    )
 
 
 def rule_options(options: PlanOptions, cost_model=None) -> RuleOptions:
     """What the rules read: the plan options' rule settings and the cost model's per-op times, if any."""
-    return RuleOptions(streams=options.streams, node_costs=cost_model.node_times() if cost_model is not None else None,
-                       manual=options.manual, stage=options.stage, collective=options.collective)
+    return RuleOptions(
+        streams=options.streams,
+        node_costs=cost_model.node_times() if cost_model is not None else None,
+        manual=options.manual,
+        stage=options.stage,
+        collective=options.collective,
+    )
 
 
 def make_plan(view, options: PlanOptions, model=None, cost_model=None) -> PlanResult:
@@ -107,7 +132,9 @@ def make_plan(view, options: PlanOptions, model=None, cost_model=None) -> PlanRe
             raw = search(view, rule_options(options), cost_model)
         else:
             raw = run_rule(name, view, rule_options(options, cost_model))
-    check_range(raw.partition, options.streams, {key: f"policy {name}" for key in raw.partition} if name != "none" else None)
+    check_range(
+        raw.partition, options.streams, {key: f"policy {name}" for key in raw.partition} if name != "none" else None
+    )
     partition, merges = apply(view, raw.partition, options.streams, raw)
     copies = const_copies(view, partition) if options.const_dup else {}
     return PlanResult(name, options.streams, partition, merges, list(raw.notes), dict(raw.report), copies, cost_model)
@@ -117,4 +144,3 @@ def plan_rule(name: str, view, streams: int, **rule_settings) -> tuple[dict[str,
     """(partition, merges) of rule ``name`` on ``streams`` streams, no cost model: for the runner and benchmarks."""
     result = make_plan(view, PlanOptions(streams=streams, policy=name, const_dup=False, **rule_settings))
     return result.partition, result.merges
-

@@ -4,6 +4,7 @@ The schema is TensorFlow's own, stored as a FileDescriptorSet (tools/gen_schema.
 built into a private descriptor pool, so it never clashes with TensorFlow's classes when
 both are loaded; the two exchange messages as bytes.
 """
+
 from pathlib import Path
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format

@@ -1,4 +1,5 @@
 """The HTML report of a partition: one self-contained file (graph picture, stream table, simulated figures, Gantt chart)."""
+
 import html
 import re
 
@@ -62,21 +63,27 @@ def build(title, svg, rows, share_of, simulation=None, events=None, waits=None, 
         f"<h1>{_e(title)}</h1>",
     ]
     if simulation:
-        parts.append(f'<p class="meta">simulated on {_e(simulation.get("target", "?"))}, batch {simulation.get("batch_size", "?")}: '
-                     f'{simulation["makespan_ms"]:.4g} ms on {simulation["streams"]} streams vs {simulation["single_stream_ms"]:.4g} ms '
-                     f'on one, speedup {simulation["speedup"]:.3g}x; lower bound {simulation["lower_bound_ms"]:.4g} ms '
-                     f'(plan at {simulation["ratio_to_bound"]:.3g}x the bound)</p>')
+        parts.append(
+            f'<p class="meta">simulated on {_e(simulation.get("target", "?"))}, batch {simulation.get("batch_size", "?")}: '
+            f"{simulation['makespan_ms']:.4g} ms on {simulation['streams']} streams vs {simulation['single_stream_ms']:.4g} ms "
+            f"on one, speedup {simulation['speedup']:.3g}x; lower bound {simulation['lower_bound_ms']:.4g} ms "
+            f"(plan at {simulation['ratio_to_bound']:.3g}x the bound)</p>"
+        )
     parts.append("<h2>Streams</h2>")
     parts.append(_stream_table(rows, share_of, simulation))
     parts.append("<h2>Graph</h2>")
     if svg is not None:
-        parts.append('<p class="note">Boxes are name scopes (a bar shows the shares of a scope spread over several streams), '
-                     'ellipses single ops; '
-                     'red dashed edges cross streams, numbers count the edges bundled. Click a stream above to highlight it. '
-                     '<button id="fit" type="button">fit / full size</button></p>')
+        parts.append(
+            '<p class="note">Boxes are name scopes (a bar shows the shares of a scope spread over several streams), '
+            "ellipses single ops; "
+            "red dashed edges cross streams, numbers count the edges bundled. Click a stream above to highlight it. "
+            '<button id="fit" type="button">fit / full size</button></p>'
+        )
         parts.append(f'<div class="graph fit">{_inline_svg(svg)}</div>')
     else:
-        parts.append('<p class="note">No picture: graphviz <code>dot</code> was not found when this report was written.</p>')
+        parts.append(
+            '<p class="note">No picture: graphviz <code>dot</code> was not found when this report was written.</p>'
+        )
     if simulation and events:
         parts.append("<h2>Simulated schedule</h2>")
         parts.append(_gantt(events, waits or [], simulation))
@@ -91,12 +98,17 @@ def build(title, svg, rows, share_of, simulation=None, events=None, waits=None, 
 
 def _stream_table(rows, share_of, simulation):
     busy = simulation.get("stream_busy_ms") if simulation else None
-    head = "<tr><th>stream</th><th>ops</th><th>" + _e(share_of) + "</th>" + ("<th>busy ms</th>" if busy else "") + "</tr>"
+    head = (
+        "<tr><th>stream</th><th>ops</th><th>" + _e(share_of) + "</th>" + ("<th>busy ms</th>" if busy else "") + "</tr>"
+    )
     body = []
     for row in rows:
         s = row["stream"]
-        cells = [f'<td class="name"><span class="swatch" style="background:{_color_css(row["color"])}"></span>stream {s}</td>',
-                 f"<td>{row['ops']}</td>", f"<td>{row['share']:.1%}</td>"]
+        cells = [
+            f'<td class="name"><span class="swatch" style="background:{_color_css(row["color"])}"></span>stream {s}</td>',
+            f"<td>{row['ops']}</td>",
+            f"<td>{row['share']:.1%}</td>",
+        ]
         if busy:
             cells.append(f"<td>{busy[s]:.4g}</td>" if s < len(busy) else "<td>0</td>")
         body.append(f'<tr data-stream="{s}">' + "".join(cells) + "</tr>")
@@ -104,11 +116,20 @@ def _stream_table(rows, share_of, simulation):
 
 
 def _figures(sim):
-    keys = [("makespan_ms", "makespan (ms)"), ("single_stream_ms", "one stream (ms)"), ("speedup", "speedup"),
-            ("lower_bound_ms", "lower bound (ms)"), ("ratio_to_bound", "makespan / bound"),
-            ("critical_path_ms", "critical path (ms)"), ("total_work_ms", "total work (ms)"),
-            ("host_launch_ms", "host launches (ms)"), ("syncs", "cross-stream syncs"), ("copies", "copies"),
-            ("copy_bytes", "bytes copied"), ("kernels", "kernels")]
+    keys = [
+        ("makespan_ms", "makespan (ms)"),
+        ("single_stream_ms", "one stream (ms)"),
+        ("speedup", "speedup"),
+        ("lower_bound_ms", "lower bound (ms)"),
+        ("ratio_to_bound", "makespan / bound"),
+        ("critical_path_ms", "critical path (ms)"),
+        ("total_work_ms", "total work (ms)"),
+        ("host_launch_ms", "host launches (ms)"),
+        ("syncs", "cross-stream syncs"),
+        ("copies", "copies"),
+        ("copy_bytes", "bytes copied"),
+        ("kernels", "kernels"),
+    ]
     rows = "".join(f"<tr><td>{_e(label)}</td><td>{_e(_num(sim[k]))}</td></tr>" for k, label in keys if k in sim)
     return f'<table class="figures">{rows}</table>'
 
@@ -120,31 +141,43 @@ def _gantt(events, waits, sim):
     scale = GANTT_WIDTH / span
     left, top = 70, 20
     height = top + streams * LANE_HEIGHT + 30
-    out = [f'<svg class="gantt" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {left + GANTT_WIDTH + 50} {height}" '
-           f'style="width:100%;max-width:{left + GANTT_WIDTH + 50}px;height:auto" '
-           f'font-family="Helvetica,Arial,sans-serif" font-size="11">']
+    out = [
+        f'<svg class="gantt" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {left + GANTT_WIDTH + 50} {height}" '
+        f'style="width:100%;max-width:{left + GANTT_WIDTH + 50}px;height:auto" '
+        f'font-family="Helvetica,Arial,sans-serif" font-size="11">'
+    ]
     for s in range(streams):
         y = top + s * LANE_HEIGHT
         out.append(f'<text x="4" y="{y + 15}">stream {s}</text>')
-        out.append(f'<line x1="{left}" y1="{y + LANE_HEIGHT}" x2="{left + GANTT_WIDTH}" y2="{y + LANE_HEIGHT}" stroke="#eee"/>')
+        out.append(
+            f'<line x1="{left}" y1="{y + LANE_HEIGHT}" x2="{left + GANTT_WIDTH}" y2="{y + LANE_HEIGHT}" stroke="#eee"/>'
+        )
     for s, start, end, label in _bars(events, scale):
         y = top + s * LANE_HEIGHT + 3
-        out.append(f'<rect data-stream="{s}" x="{left + start * scale:.2f}" y="{y}" width="{max(0.6, (end - start) * scale):.2f}" '
-                   f'height="{LANE_HEIGHT - 6}" fill="{_color_css(stream_color(s))}" stroke="#555" stroke-width="0.3">'
-                   f"<title>{_e(label)} ({start:.1f}–{end:.1f} µs)</title></rect>")
+        out.append(
+            f'<rect data-stream="{s}" x="{left + start * scale:.2f}" y="{y}" width="{max(0.6, (end - start) * scale):.2f}" '
+            f'height="{LANE_HEIGHT - 6}" fill="{_color_css(stream_color(s))}" stroke="#555" stroke-width="0.3">'
+            f"<title>{_e(label)} ({start:.1f}–{end:.1f} µs)</title></rect>"
+        )
     for w in waits[:MAX_WAIT_LINES]:
         x1, x2 = left + w["at_us"] * scale, left + w["ready_us"] * scale
         y1 = top + w["src_stream"] * LANE_HEIGHT + LANE_HEIGHT / 2
         y2 = top + w["dst_stream"] * LANE_HEIGHT + LANE_HEIGHT / 2
-        out.append(f'<line x1="{x1:.2f}" y1="{y1}" x2="{x2:.2f}" y2="{y2}" stroke="#d62728" stroke-width="0.7" opacity="0.6"/>')
+        out.append(
+            f'<line x1="{x1:.2f}" y1="{y1}" x2="{x2:.2f}" y2="{y2}" stroke="#d62728" stroke-width="0.7" opacity="0.6"/>'
+        )
     axis_y = top + streams * LANE_HEIGHT + 14
     for k in range(6):
         x = left + GANTT_WIDTH * k / 5
-        out.append(f'<text x="{x:.1f}" y="{axis_y}" text-anchor="middle" fill="#555">{span * k / 5 / 1000:.3g} ms</text>')
+        out.append(
+            f'<text x="{x:.1f}" y="{axis_y}" text-anchor="middle" fill="#555">{span * k / 5 / 1000:.3g} ms</text>'
+        )
     out.append("</svg>")
     shown = min(len(waits), MAX_WAIT_LINES)
-    note = f'<p class="note">{len(events)} kernels; {len(waits)} cross-stream waits (red lines, {shown} drawn). ' \
-           'Hover a bar for its op.</p>'
+    note = (
+        f'<p class="note">{len(events)} kernels; {len(waits)} cross-stream waits (red lines, {shown} drawn). '
+        "Hover a bar for its op.</p>"
+    )
     return "".join(out) + note
 
 
@@ -163,7 +196,7 @@ def _bars(events, scale):
                 continue
             if cur:
                 yield s, cur[0], cur[1], cur[3] if cur[2] == 1 else f"{cur[2]} kernels from {cur[3]}"
-            cur = [e["start_us"], e["end_us"], 1, f'{e["key"]} ({e["op"]})']
+            cur = [e["start_us"], e["end_us"], 1, f"{e['key']} ({e['op']})"]
         if cur:
             yield s, cur[0], cur[1], cur[3] if cur[2] == 1 else f"{cur[2]} kernels from {cur[3]}"
 

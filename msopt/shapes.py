@@ -1,4 +1,5 @@
 """Shape inference over a flattened run: each op instance's output (dtype, shape) list."""
+
 from msopt.errors import InputError
 from msopt.graph import MAIN
 from msopt.protos import DTYPE_NAMES
@@ -54,14 +55,73 @@ def _output_dtypes(proto):
 
 
 ELEMENTWISE_SAME_SHAPE = {
-    "Relu", "Relu6", "Elu", "Selu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Neg", "Abs", "Exp", "Log", "Sqrt",
-    "Rsqrt", "Square", "Cast", "Identity", "ReadVariableOp", "FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3",
-    "BiasAdd", "LeakyRelu", "Softplus", "Floor", "Ceil", "Round", "StopGradient", "Snapshot", "Erf", "Sign", "IsNan",
-    "LogicalNot", "ZerosLike", "OnesLike", "Reciprocal", "Gelu", "Swish", "ClipByValue", "L2Loss",
+    "Relu",
+    "Relu6",
+    "Elu",
+    "Selu",
+    "Sigmoid",
+    "Tanh",
+    "Softmax",
+    "LogSoftmax",
+    "Neg",
+    "Abs",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Rsqrt",
+    "Square",
+    "Cast",
+    "Identity",
+    "ReadVariableOp",
+    "FusedBatchNorm",
+    "FusedBatchNormV2",
+    "FusedBatchNormV3",
+    "BiasAdd",
+    "LeakyRelu",
+    "Softplus",
+    "Floor",
+    "Ceil",
+    "Round",
+    "StopGradient",
+    "Snapshot",
+    "Erf",
+    "Sign",
+    "IsNan",
+    "LogicalNot",
+    "ZerosLike",
+    "OnesLike",
+    "Reciprocal",
+    "Gelu",
+    "Swish",
+    "ClipByValue",
+    "L2Loss",
 }
-BROADCAST_OPS = {"Add", "AddV2", "Sub", "Mul", "RealDiv", "Div", "Maximum", "Minimum", "Pow", "SquaredDifference",
-                 "FloorDiv", "FloorMod", "Greater", "GreaterEqual", "Less", "LessEqual", "Equal", "NotEqual",
-                 "LogicalAnd", "LogicalOr", "DivNoNan", "SelectV2", "Select", "AddN"}
+BROADCAST_OPS = {
+    "Add",
+    "AddV2",
+    "Sub",
+    "Mul",
+    "RealDiv",
+    "Div",
+    "Maximum",
+    "Minimum",
+    "Pow",
+    "SquaredDifference",
+    "FloorDiv",
+    "FloorMod",
+    "Greater",
+    "GreaterEqual",
+    "Less",
+    "LessEqual",
+    "Equal",
+    "NotEqual",
+    "LogicalAnd",
+    "LogicalOr",
+    "DivNoNan",
+    "SelectV2",
+    "Select",
+    "AddN",
+}
 
 
 def _propagate(op, proto, ins, dtypes, in_protos):
@@ -82,7 +142,9 @@ def _propagate(op, proto, ins, dtypes, in_protos):
     if op in ("MatMul", "_FusedMatMul") and len(ins) >= 2 and ins[0][1] is not None and ins[1][1] is not None:
         a, b = ins[0][1], ins[1][1]
         if len(a) != 2 or len(b) != 2:
-            raise InputError(f"node '{proto.name}' ({op}) multiplies operands of shapes {a} and {b}: both must be matrices")
+            raise InputError(
+                f"node '{proto.name}' ({op}) multiplies operands of shapes {a} and {b}: both must be matrices"
+            )
         m = a[1] if flag(attr, "transpose_a") else a[0]
         n = b[0] if flag(attr, "transpose_b") else b[1]
         return [(dtype, [m, n])]
@@ -166,4 +228,3 @@ def _window_shape(op, attr, x, w):
 
     oh, ow = out(h, kh, sh), out(wd, kw, sw)
     return [x[0], channels, oh, ow] if nchw else [x[0], oh, ow, channels]
-

@@ -32,6 +32,7 @@ The model of the machine (assumptions in the README):
     running kernels ask for more than 1 in total, every one slows by the same factor (processor
     sharing, tracked with a virtual clock, so each event costs O(log n)).
 """
+
 import heapq
 
 from msopt.gc_pause import gc_paused
@@ -72,8 +73,17 @@ class Result:
         """One record per executed op that launches a kernel, in start order."""
         cm = self.cost_model
         keys, ops = cm.tasks.key, cm.tasks.op
-        rows = [{"key": keys[i], "op": ops[i], "stream": self.stream_of[i], "start_us": self.start[i], "end_us": self.end[i]}
-                for i in range(len(keys)) if cm.kernel[i]]
+        rows = [
+            {
+                "key": keys[i],
+                "op": ops[i],
+                "stream": self.stream_of[i],
+                "start_us": self.start[i],
+                "end_us": self.end[i],
+            }
+            for i in range(len(keys))
+            if cm.kernel[i]
+        ]
         rows.sort(key=lambda r: (r["start_us"], r["stream"]))
         return rows
 
@@ -91,7 +101,9 @@ class Result:
             "single_stream_ms": ms(single),
             "speedup": round(single / self.makespan_us, 4) if self.makespan_us > 0 else 1.0,
             "lower_bound_ms": ms(bound["lower_bound_us"]),
-            "ratio_to_bound": round(self.makespan_us / bound["lower_bound_us"], 4) if bound["lower_bound_us"] > 0 else 1.0,
+            "ratio_to_bound": round(self.makespan_us / bound["lower_bound_us"], 4)
+            if bound["lower_bound_us"] > 0
+            else 1.0,
             "critical_path_ms": ms(bound["critical_path_us"]),
             "total_work_ms": ms(bound["total_work_us"]),
             "host_launch_ms": ms(bound["host_launch_us"]),
@@ -177,7 +189,7 @@ def _run(cm, streams, stream_of, record_waits):
         """i's outputs are known to the host at ``at`` (launched, or passed through)."""
         s = stream_of[i]
         local = neutral[i]
-        for j, port in succ[i]:
+        for j, _port in succ[i]:
             if local or stream_of[j] == s:
                 satisfy(j, at)
 
@@ -294,8 +306,12 @@ def lower_bound(cost_model):
     critical = max(finish, default=0.0)
     work = sum(d * s for d, s, k in zip(cm.duration, cm.share, cm.kernel) if k)
     host = sum(cm.kernel) * cm.target.launch_us / max(1, cm.target.launch_threads)
-    return {"lower_bound_us": max(critical, work, host), "critical_path_us": critical, "total_work_us": work,
-            "host_launch_us": host}
+    return {
+        "lower_bound_us": max(critical, work, host),
+        "critical_path_us": critical,
+        "total_work_us": work,
+        "host_launch_us": host,
+    }
 
 
 __all__ = ["simulate", "single_stream", "lower_bound", "streams_of", "Result"]

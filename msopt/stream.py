@@ -15,6 +15,7 @@ DeepRec user asks for with ``use_multi_stream`` and ``multi_stream_num``.
 The module itself is callable, so ``msopt.stream(i)`` and ``from msopt.stream import stream``
 are the same thing. TensorFlow is imported only when a function here runs.
 """
+
 import contextlib
 import functools
 import sys
@@ -102,8 +103,9 @@ def place(graph=None, streams=None, device_type="gpu", gpus=None):
     return merges
 
 
-def session_config(multi_stream_num, use_multi_stream=True, device_type="gpu", config=None, memory_limit_mb=None,
-                   gpus=None):
+def session_config(
+    multi_stream_num, use_multi_stream=True, device_type="gpu", config=None, memory_limit_mb=None, gpus=None
+):
     """The stock-TensorFlow ConfigProto for DeepRec's ``use_multi_stream`` / ``multi_stream_num``.
 
     DeepRec gives each stream a virtual GPU; so does this, over ``gpus`` GPUs (default: every GPU

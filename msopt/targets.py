@@ -1,4 +1,5 @@
 """The GPU profiles a cost model targets: vendor peak figures per GPU, and the default target."""
+
 from dataclasses import dataclass
 
 
@@ -28,13 +29,36 @@ class Target:
 # Vendor data sheets: NVIDIA V100 (SXM2), A100 (SXM4 80GB), H100 (SXM5), T4 (PCIe 70W).
 # SM counts from the architecture whitepapers (Volta GV100, Ampere GA100, Hopper GH100, Turing TU104).
 TARGETS = {
-    "h100": Target("h100", "NVIDIA H100 SXM5 80GB", sms=132, fp32_tflops=67.0, gemm_tflops=494.5,
-                   fp16_tflops=989.5, memory_gbs=3350.0),
-    "a100": Target("a100", "NVIDIA A100 SXM4 80GB", sms=108, fp32_tflops=19.5, gemm_tflops=156.0,
-                   fp16_tflops=312.0, memory_gbs=2039.0),
-    "v100": Target("v100", "NVIDIA V100 SXM2 16GB", sms=80, fp32_tflops=15.7, gemm_tflops=15.7,
-                   fp16_tflops=125.0, memory_gbs=900.0),
-    "t4": Target("t4", "NVIDIA T4 PCIe 16GB", sms=40, fp32_tflops=8.1, gemm_tflops=8.1,
-                 fp16_tflops=65.0, memory_gbs=320.0, threads_per_sm=1024),
+    "h100": Target(
+        "h100",
+        "NVIDIA H100 SXM5 80GB",
+        sms=132,
+        fp32_tflops=67.0,
+        gemm_tflops=494.5,
+        fp16_tflops=989.5,
+        memory_gbs=3350.0,
+    ),
+    "a100": Target(
+        "a100",
+        "NVIDIA A100 SXM4 80GB",
+        sms=108,
+        fp32_tflops=19.5,
+        gemm_tflops=156.0,
+        fp16_tflops=312.0,
+        memory_gbs=2039.0,
+    ),
+    "v100": Target(
+        "v100", "NVIDIA V100 SXM2 16GB", sms=80, fp32_tflops=15.7, gemm_tflops=15.7, fp16_tflops=125.0, memory_gbs=900.0
+    ),
+    "t4": Target(
+        "t4",
+        "NVIDIA T4 PCIe 16GB",
+        sms=40,
+        fp32_tflops=8.1,
+        gemm_tflops=8.1,
+        fp16_tflops=65.0,
+        memory_gbs=320.0,
+        threads_per_sm=1024,
+    ),
 }
 DEFAULT_TARGET = "h100"  # the current data-centre GPU

@@ -7,6 +7,7 @@ library lacks, dtype attributes holding DT_INVALID (0), shapes of negative or im
 ``_stream_id`` attributes that are not a non-negative integer, and the nesting depth of calls;
 and the TF2 object graph's references. ``inspect`` refuses such a model too, naming the defect.
 """
+
 import re
 
 from msopt.errors import InputError
@@ -16,10 +17,14 @@ from msopt.order import kahn_order
 
 # Call ops and the attributes naming the functions they run (each must be in the library).
 CALL_ATTRS = {
-    "PartitionedCall": ("f",), "StatefulPartitionedCall": ("f",),
-    "If": ("then_branch", "else_branch"), "StatelessIf": ("then_branch", "else_branch"),
-    "While": ("cond", "body"), "StatelessWhile": ("cond", "body"),
-    "Case": ("branches",), "StatelessCase": ("branches",),
+    "PartitionedCall": ("f",),
+    "StatefulPartitionedCall": ("f",),
+    "If": ("then_branch", "else_branch"),
+    "StatelessIf": ("then_branch", "else_branch"),
+    "While": ("cond", "body"),
+    "StatelessWhile": ("cond", "body"),
+    "Case": ("branches",),
+    "StatelessCase": ("branches",),
 }
 PLAIN_KINDS = frozenset({"s", "i", "f", "b"})  # attribute values with nothing to check (but _stream_id)
 MAX_CALL_DEPTH = 100  # nested calls; real models nest a handful deep, and the passes recurse once per level
@@ -51,7 +56,9 @@ def validate(graph_def, where):
             ref = fdef.ret[out_name]
             head, colon, port = ref.partition(":")
             if (colon and BODY_PORT.fullmatch(port) is None) or (head not in names and head not in args):
-                raise InputError(f"{where}: function '{name}' returns '{ref}' as '{out_name}', which is not in its body")
+                raise InputError(
+                    f"{where}: function '{name}' returns '{ref}' as '{out_name}', which is not in its body"
+                )
     _check_acyclic(where, edges)
     _check_call_depth(where, calls)
 
@@ -71,13 +78,16 @@ def validate_objects(object_graph, where):
     for position, obj in enumerate(object_graph.nodes):
         for child in obj.children:
             if not 0 <= child.node_id < count:
-                raise InputError(f"{where}: object {position} has child '{child.local_name}' = object {child.node_id}, "
-                                 f"but the object graph has {count} objects")
+                raise InputError(
+                    f"{where}: object {position} has child '{child.local_name}' = object {child.node_id}, "
+                    f"but the object graph has {count} objects"
+                )
     for name in sorted(object_graph.concrete_functions):
         for object_id in object_graph.concrete_functions[name].bound_inputs:
             if not 0 <= object_id < count:
-                raise InputError(f"{where}: function '{name}' captures object {object_id}, "
-                                 f"but the object graph has {count} objects")
+                raise InputError(
+                    f"{where}: function '{name}' captures object {object_id}, but the object graph has {count} objects"
+                )
 
 
 def _in(function):
@@ -93,7 +103,13 @@ def _check_body(where, function, node_defs, args, library, edges):
     index = dict(zip(args, range(offset, offset + len(args))))
     index.update(zip(names, range(offset + len(args), offset + len(args) + len(names))))
     joined = "\0" + "\0".join(names)
-    if len(index) != len(args) + len(names) or not all(ops) or "\0\0" in joined + "\0" or ":" in joined or "\0^" in joined:
+    if (
+        len(index) != len(args) + len(names)
+        or not all(ops)
+        or "\0\0" in joined + "\0"
+        or ":" in joined
+        or "\0^" in joined
+    ):
         _check_names(where, function, names, ops, args)
     edges.names.extend((function, name) for name in args)
     edges.names.extend((function, name) for name in names)
@@ -115,7 +131,9 @@ def _check_body(where, function, node_defs, args, library, edges):
                     raise InputError(f"{where}: node '{nd.name}'{_in(function)} has a malformed input '{ref}'")
                 source = index.get(head)
                 if source is None:
-                    raise InputError(f"{where}: node '{nd.name}'{_in(function)} reads '{ref}', which is not in the graph")
+                    raise InputError(
+                        f"{where}: node '{nd.name}'{_in(function)} reads '{ref}', which is not in the graph"
+                    )
                 if back and not control and head in back:
                     continue  # a v1 while loop's back edge
             elif back and ref in back:
@@ -160,23 +178,31 @@ def _check_attrs(where, function, nd, library):
         if attr_name == STREAM_ATTR:
             if kind != "i" or value.i < 0:
                 shown = getattr(value, kind) if kind and kind != "list" else (kind or "nothing")
-                raise InputError(f"{where}: node '{nd.name}'{_in(function)} has {STREAM_ATTR} {shown!r} "
-                                 f"({kind or 'empty'}); a stream id is an integer >= 0")
+                raise InputError(
+                    f"{where}: node '{nd.name}'{_in(function)} has {STREAM_ATTR} {shown!r} "
+                    f"({kind or 'empty'}); a stream id is an integer >= 0"
+                )
         elif kind == "type":
             if value.type == 0:
-                raise InputError(f"{where}: node '{nd.name}'{_in(function)} has attribute '{attr_name}' = DT_INVALID (dtype 0)")
+                raise InputError(
+                    f"{where}: node '{nd.name}'{_in(function)} has attribute '{attr_name}' = DT_INVALID (dtype 0)"
+                )
         elif kind == "shape":
             _check_shape(where, function, nd, attr_name, value.shape)
         elif kind == "tensor":
             if value.tensor.dtype == 0:
-                raise InputError(f"{where}: node '{nd.name}'{_in(function)} has a tensor '{attr_name}' of dtype 0 (DT_INVALID)")
+                raise InputError(
+                    f"{where}: node '{nd.name}'{_in(function)} has a tensor '{attr_name}' of dtype 0 (DT_INVALID)"
+                )
             _check_shape(where, function, nd, attr_name, value.tensor.tensor_shape)
         elif kind == "func":
             if value.func.name in library:
                 called.append(value.func.name)
         elif kind == "list":
             if 0 in value.list.type:
-                raise InputError(f"{where}: node '{nd.name}'{_in(function)} has DT_INVALID (dtype 0) in attribute '{attr_name}'")
+                raise InputError(
+                    f"{where}: node '{nd.name}'{_in(function)} has DT_INVALID (dtype 0) in attribute '{attr_name}'"
+                )
             for shape in value.list.shape:
                 _check_shape(where, function, nd, attr_name, shape)
             called.extend(f.name for f in value.list.func if f.name in library)
@@ -184,13 +210,19 @@ def _check_attrs(where, function, nd, library):
         _check_const_shape(where, function, nd)
     for attr_name in CALL_ATTRS.get(nd.op, ()):
         value = nd.attr[attr_name] if attr_name in nd.attr else None
-        names = ([value.func.name] if value.WhichOneof("value") == "func" else [f.name for f in value.list.func]) if value else []
+        names = (
+            ([value.func.name] if value.WhichOneof("value") == "func" else [f.name for f in value.list.func])
+            if value
+            else []
+        )
         if not names:
             raise InputError(f"{where}: {nd.op} node '{nd.name}'{_in(function)} names no function in '{attr_name}'")
         for callee in names:
             if callee not in library:
-                raise InputError(f"{where}: node '{nd.name}'{_in(function)} calls function '{callee}', "
-                                 f"which is not in the graph's library")
+                raise InputError(
+                    f"{where}: node '{nd.name}'{_in(function)} calls function '{callee}', "
+                    f"which is not in the graph's library"
+                )
     return called
 
 
@@ -200,12 +232,16 @@ def _check_const_shape(where, function, nd):
     actual = [d.size for d in nd.attr["value"].tensor.tensor_shape.dim]
     if len(recorded) != 1 or recorded[0].unknown_rank:
         if len(recorded) > 1:
-            raise InputError(f"{where}: Const node '{nd.name}'{_in(function)} records {len(recorded)} output shapes; it has one output")
+            raise InputError(
+                f"{where}: Const node '{nd.name}'{_in(function)} records {len(recorded)} output shapes; it has one output"
+            )
         return
     shape = [d.size for d in recorded[0].dim]
     if len(shape) != len(actual) or any(r != a and r != -1 for r, a in zip(shape, actual)):
-        raise InputError(f"{where}: Const node '{nd.name}'{_in(function)} records shape {shape} in _output_shapes, "
-                         f"but its value has shape {actual}")
+        raise InputError(
+            f"{where}: Const node '{nd.name}'{_in(function)} records shape {shape} in _output_shapes, "
+            f"but its value has shape {actual}"
+        )
 
 
 def _check_shape(where, function, nd, attr_name, shape):
@@ -215,14 +251,17 @@ def _check_shape(where, function, nd, attr_name, shape):
     for dim in shape.dim:
         size = dim.size
         if size < -1:
-            raise InputError(f"{where}: node '{nd.name}'{_in(function)} has dimension {size} in '{attr_name}'; "
-                             f"sizes are >= 0, or -1 for unknown")
+            raise InputError(
+                f"{where}: node '{nd.name}'{_in(function)} has dimension {size} in '{attr_name}'; "
+                f"sizes are >= 0, or -1 for unknown"
+            )
         if size > 0:
             elements *= size
     if elements > MAX_ELEMENTS:
         dims = ", ".join(str(d.size) for d in shape.dim[:8]) + (", ..." if len(shape.dim) > 8 else "")
-        raise InputError(f"{where}: node '{nd.name}'{_in(function)} has shape [{dims}] in '{attr_name}': "
-                         f"more than 2^63-1 elements")
+        raise InputError(
+            f"{where}: node '{nd.name}'{_in(function)} has shape [{dims}] in '{attr_name}': more than 2^63-1 elements"
+        )
 
 
 def _check_acyclic(where, edges):
@@ -250,8 +289,10 @@ def _check_acyclic(where, edges):
         seen.add(vertex)
         vertex = preds[vertex]
     function, name = edges.names[vertex]
-    raise InputError(f"{where}: a cycle{_in(function)} through node '{name}' "
-                     f"(only a while loop's NextIteration -> Merge may close one)")
+    raise InputError(
+        f"{where}: a cycle{_in(function)} through node '{name}' "
+        f"(only a while loop's NextIteration -> Merge may close one)"
+    )
 
 
 def _check_call_depth(where, calls):
@@ -284,5 +325,7 @@ def _check_call_depth(where, calls):
         while fn is not None and len(path) < 4:
             path.append(fn)
             fn = chain[fn][1] if chain.get(fn) else None
-        raise InputError(f"{where}: node '{node}'{_in(start)} starts {depth[start]} nested function calls "
-                         f"({' -> '.join(path)} -> ...); msopt follows at most {MAX_CALL_DEPTH}")
+        raise InputError(
+            f"{where}: node '{node}'{_in(start)} starts {depth[start]} nested function calls "
+            f"({' -> '.join(path)} -> ...); msopt follows at most {MAX_CALL_DEPTH}"
+        )

@@ -14,6 +14,7 @@ A cluster is recognized in each form TensorFlow writes it (attribute names from 
 
 ``xla_cluster_links(view)`` yields the (a, b) pairs that msopt.constraints joins like any other link.
 """
+
 from collections import defaultdict
 
 COMPILE_OPS = frozenset({"_XlaCompile"})

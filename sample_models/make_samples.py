@@ -88,8 +88,8 @@ def stream(k):
 def _zeros_var(name, shape, dtype=tf.float32, use_resource=True):
     """A v1 variable with a zeros initializer; the real value is fed in."""
     return v1.get_variable(
-        name, shape=shape, dtype=dtype,
-        initializer=v1.zeros_initializer(), use_resource=use_resource)
+        name, shape=shape, dtype=dtype, initializer=v1.zeros_initializer(), use_resource=use_resource
+    )
 
 
 def _init_from(sess, values):
@@ -107,8 +107,7 @@ def _save_v1(sess, export_dir, inputs, outputs):
     _fresh_dir(export_dir)
     builder = v1.saved_model.Builder(export_dir)
     sig = v1.saved_model.predict_signature_def(inputs=inputs, outputs=outputs)
-    builder.add_meta_graph_and_variables(
-        sess, [SERVE], signature_def_map={SIG: sig}, clear_devices=True)
+    builder.add_meta_graph_and_variables(sess, [SERVE], signature_def_map={SIG: sig}, clear_devices=True)
     builder.save()
     return sig
 
@@ -122,21 +121,58 @@ def _drop_empty_assets(export_dir):
 
 def _save_v2(module, export_dir, fn):
     _fresh_dir(export_dir)
-    tf.saved_model.save(module, export_dir,
-                        signatures={SIG: fn.get_concrete_function()})
+    tf.saved_model.save(module, export_dir, signatures={SIG: fn.get_concrete_function()})
     _drop_empty_assets(export_dir)
 
 
 # ---------------------------------------------------------------------------
 # 1. linreg: the two-stream linear regression of DeepRec's MultiStream doc
 
-TRAIN_X = np.array([[3.3], [4.4], [5.5], [6.71], [6.93], [4.168], [9.779],
-                    [6.182], [7.59], [2.167], [7.042], [10.791], [5.313],
-                    [7.997], [5.654], [9.27], [3.1]], dtype=np.float32)
+TRAIN_X = np.array(
+    [
+        [3.3],
+        [4.4],
+        [5.5],
+        [6.71],
+        [6.93],
+        [4.168],
+        [9.779],
+        [6.182],
+        [7.59],
+        [2.167],
+        [7.042],
+        [10.791],
+        [5.313],
+        [7.997],
+        [5.654],
+        [9.27],
+        [3.1],
+    ],
+    dtype=np.float32,
+)
 TRAIN_Y = TRAIN_X.copy()
-TRAIN_Z = np.array([[1.7], [2.76], [2.09], [3.19], [1.694], [1.573], [3.336],
-                    [2.596], [2.53], [1.221], [2.827], [3.465], [1.65],
-                    [2.904], [2.42], [2.94], [1.3]], dtype=np.float32)
+TRAIN_Z = np.array(
+    [
+        [1.7],
+        [2.76],
+        [2.09],
+        [3.19],
+        [1.694],
+        [1.573],
+        [3.336],
+        [2.596],
+        [2.53],
+        [1.221],
+        [2.827],
+        [3.465],
+        [1.65],
+        [2.904],
+        [2.42],
+        [2.94],
+        [1.3],
+    ],
+    dtype=np.float32,
+)
 LINREG_STEPS = 500
 LINREG_LR = 0.01
 
@@ -160,8 +196,7 @@ def _linreg_v1_graph():
 def train_linreg():
     """Train the doc's model with GradientDescent; returns W_X, b, W_Y."""
     rng = _rng(0)
-    init = [_normal(rng, [1, 1], 1.0), np.zeros([1], np.float32),
-            _normal(rng, [1, 1], 1.0)]
+    init = [_normal(rng, [1, 1], 1.0), np.zeros([1], np.float32), _normal(rng, [1, 1], 1.0)]
     g = tf.Graph()
     with g.as_default():
         X, Y, Z, variables = _linreg_v1_graph()
@@ -174,9 +209,11 @@ def train_linreg():
             for _ in range(LINREG_STEPS):
                 sess.run(train_op, feed)
             final_loss, values = sess.run([loss, list(variables)], feed)
-    print("  linreg trained %d steps, loss %.4f, W_X=%.4f b=%.4f W_Y=%.4f" % (
-        LINREG_STEPS, final_loss, values[0][0, 0], values[1][0],
-        values[2][0, 0]), file=sys.stderr)
+    print(
+        "  linreg trained %d steps, loss %.4f, W_X=%.4f b=%.4f W_Y=%.4f"
+        % (LINREG_STEPS, final_loss, values[0][0, 0], values[1][0], values[2][0, 0]),
+        file=sys.stderr,
+    )
     return values
 
 
@@ -188,14 +225,12 @@ def make_linreg_tf1(out, values):
         with v1.Session(graph=g) as sess:
             _init_from(sess, list(zip(variables, values)))
             _save_v1(sess, export_dir, {"X": X, "Y": Y}, {"z": Z})
-            frozen = v1.graph_util.convert_variables_to_constants(
-                sess, g.as_graph_def(), ["z"])
+            frozen = v1.graph_util.convert_variables_to_constants(sess, g.as_graph_def(), ["z"])
     # The converted variables are new Const nodes; carry the stream ids over.
     original = {n.name: n for n in g.as_graph_def().node}
     for node in frozen.node:
         src = original.get(node.name)
-        if src is not None and "_stream_id" in src.attr \
-                and "_stream_id" not in node.attr:
+        if src is not None and "_stream_id" in src.attr and "_stream_id" not in node.attr:
             node.attr["_stream_id"].CopyFrom(src.attr["_stream_id"])
     for node in frozen.node:
         node.device = ""
@@ -213,9 +248,9 @@ class LinReg(tf.Module):
         self.bias = tf.Variable(values[1], name="bias")
         self.weight_y = tf.Variable(values[2], name="weight_y")
 
-    @tf.function(input_signature=[
-        tf.TensorSpec([None, 1], tf.float32, name="X"),
-        tf.TensorSpec([None, 1], tf.float32, name="Y")])
+    @tf.function(
+        input_signature=[tf.TensorSpec([None, 1], tf.float32, name="X"), tf.TensorSpec([None, 1], tf.float32, name="Y")]
+    )
     def serve(self, X, Y):
         # X and Y are function arguments here, not nodes, so they cannot
         # carry a stream id; every op built under a block gets one.
@@ -241,6 +276,7 @@ UNREGISTERED_OP = "MsoptTestUnregisteredOp"
 
 def make_custom_op_tf1(out):
     from tensorflow.core.protobuf import saved_model_pb2
+
     src = os.path.join(out, "linreg_tf1")
     dst = os.path.join(out, "custom_op_tf1")
     _fresh_dir(dst)
@@ -252,8 +288,7 @@ def make_custom_op_tf1(out):
     changed = []
     for node in sm.meta_graphs[0].graph_def.node:
         # The X-branch add (stream 0) of the serving graph.
-        if node.op in ("Add", "AddV2") and "_stream_id" in node.attr \
-                and node.attr["_stream_id"].i == 0:
+        if node.op in ("Add", "AddV2") and "_stream_id" in node.attr and node.attr["_stream_id"].i == 0:
             node.op = UNREGISTERED_OP
             changed.append(node.name)
     assert len(changed) == 1, changed
@@ -285,19 +320,13 @@ def towers_values():
 def _conv_net(x, var):
     """The article's conv_net, small; var(name) returns a weight."""
     x = tf.reshape(x, [-1, 28, 28, 1])
-    net = tf.nn.relu(tf.nn.bias_add(
-        tf.nn.conv2d(x, var("conv_1/weights"), 1, "SAME"),
-        var("conv_1/biases")))
+    net = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, var("conv_1/weights"), 1, "SAME"), var("conv_1/biases")))
     net = tf.nn.max_pool2d(net, 2, 2, "VALID")
-    net = tf.nn.relu(tf.nn.bias_add(
-        tf.nn.conv2d(net, var("conv_2/weights"), 1, "SAME"),
-        var("conv_2/biases")))
+    net = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(net, var("conv_2/weights"), 1, "SAME"), var("conv_2/biases")))
     net = tf.nn.max_pool2d(net, 2, 2, "VALID")
     net = tf.reshape(net, [-1, 7 * 7 * 16])
-    net = tf.nn.relu(tf.nn.bias_add(tf.matmul(net, var("fc/weights")),
-                                    var("fc/biases")))
-    return tf.nn.bias_add(tf.matmul(net, var("prob/weights")),
-                          var("prob/biases"))
+    net = tf.nn.relu(tf.nn.bias_add(tf.matmul(net, var("fc/weights")), var("fc/biases")))
+    return tf.nn.bias_add(tf.matmul(net, var("prob/weights")), var("prob/biases"))
 
 
 def _towers_v1_graph():
@@ -313,13 +342,11 @@ def _towers_v1_graph():
         return v
 
     for i in range(2):
-        image = v1.placeholder(tf.float32, [None, 28, 28, 1],
-                               name="image_%d" % i)
+        image = v1.placeholder(tf.float32, [None, 28, 28, 1], name="image_%d" % i)
         images.append(image)
         with tf.name_scope("tower_%d" % i):
             with v1.variable_scope("ConvNet", reuse=v1.AUTO_REUSE):
-                logits.append(tf.identity(_conv_net(image, var),
-                                          name="logits"))
+                logits.append(tf.identity(_conv_net(image, var), name="logits"))
     mean_logits = tf.reduce_mean(tf.stack(logits), axis=0, name="mean_logits")
     return images, logits, mean_logits, created
 
@@ -330,16 +357,15 @@ def make_towers_tf1(out, values):
     with g.as_default():
         images, logits, mean_logits, created = _towers_v1_graph()
         with v1.Session(graph=g) as sess:
-            _init_from(sess, [(v, values[n[len("ConvNet/"):]])
-                              for n, v in created.items()])
+            _init_from(sess, [(v, values[n[len("ConvNet/") :]]) for n, v in created.items()])
             sig = _save_v1(
-                sess, export_dir,
+                sess,
+                export_dir,
                 {"image_0": images[0], "image_1": images[1]},
-                {"logits_0": logits[0], "logits_1": logits[1],
-                 "mean_logits": mean_logits})
+                {"logits_0": logits[0], "logits_1": logits[1], "mean_logits": mean_logits},
+            )
         saver = v1.train.Saver(list(created.values()))
-        meta = v1.train.export_meta_graph(
-            graph=g, saver_def=saver.as_saver_def(), clear_devices=True)
+        meta = v1.train.export_meta_graph(graph=g, saver_def=saver.as_saver_def(), clear_devices=True)
     meta.meta_info_def.tags.append(SERVE)
     meta.signature_def[SIG].CopyFrom(sig)
     with open(os.path.join(out, "towers_tf1.meta"), "wb") as f:
@@ -350,21 +376,21 @@ def make_towers_tf1(out, values):
 class Towers(tf.Module):
     def __init__(self, values):
         super().__init__(name="ConvNet")
-        self.weights = {n: tf.Variable(v, name=n.replace("/", "_"))
-                        for n, v in values.items()}
+        self.weights = {n: tf.Variable(v, name=n.replace("/", "_")) for n, v in values.items()}
 
-    @tf.function(input_signature=[
-        tf.TensorSpec([None, 28, 28, 1], tf.float32, name="image_0"),
-        tf.TensorSpec([None, 28, 28, 1], tf.float32, name="image_1")])
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None, 28, 28, 1], tf.float32, name="image_0"),
+            tf.TensorSpec([None, 28, 28, 1], tf.float32, name="image_1"),
+        ]
+    )
     def serve(self, image_0, image_1):
         logits = []
         for i, image in enumerate((image_0, image_1)):
             with tf.name_scope("tower_%d" % i):
                 logits.append(_conv_net(image, self.weights.__getitem__))
-        mean_logits = tf.reduce_mean(tf.stack(logits), axis=0,
-                                     name="mean_logits")
-        return {"logits_0": logits[0], "logits_1": logits[1],
-                "mean_logits": mean_logits}
+        mean_logits = tf.reduce_mean(tf.stack(logits), axis=0, name="mean_logits")
+        return {"logits_0": logits[0], "logits_1": logits[1], "mean_logits": mean_logits}
 
 
 def make_towers_tf2(out, values):
@@ -377,7 +403,7 @@ def make_towers_tf2(out, values):
 # ---------------------------------------------------------------------------
 # 3. stage: a DeepRec-Stage-style model, CSV-like string lines in, prob out
 
-STAGE_FIELDS = 4          # id,category,tag|tag|...,value
+STAGE_FIELDS = 4  # id,category,tag|tag|...,value
 STAGE_BUCKETS = 1000
 STAGE_DIM = 8
 STAGE_REFINE_STEPS = 3
@@ -413,21 +439,19 @@ def _stage_preprocess(lines):
     """The part DeepRec would hand to tf.staged: parse lines into features."""
     with tf.name_scope("preprocess"):
         padded = tf.strings.join([lines, "," * (STAGE_FIELDS - 1)])
-        fields = tf.strings.split(padded, sep=",").to_tensor(
-            default_value="", shape=[None, STAGE_FIELDS])
+        fields = tf.strings.split(padded, sep=",").to_tensor(default_value="", shape=[None, STAGE_FIELDS])
         f_id, f_cat, f_tags, f_val = tf.unstack(fields, STAGE_FIELDS, axis=1)
         tags = tf.strings.split(f_tags, sep="|")
         return {
             "id": tf.strings.to_hash_bucket_fast(f_id, STAGE_BUCKETS),
             "category": tf.strings.to_hash_bucket_fast(f_cat, STAGE_BUCKETS),
-            "tag_ids": tf.strings.to_hash_bucket_fast(tags.values,
-                                                      STAGE_BUCKETS),
+            "tag_ids": tf.strings.to_hash_bucket_fast(tags.values, STAGE_BUCKETS),
             "tag_rows": tags.value_rowids(),
             "tag_counts": tags.row_lengths(),
-            "numeric": tf.stack([
-                _safe_number(f_id), _safe_number(f_val),
-                tf.math.log1p(tf.cast(tf.strings.length(lines), tf.float32)),
-            ], axis=1),
+            "numeric": tf.stack(
+                [_safe_number(f_id), _safe_number(f_val), tf.math.log1p(tf.cast(tf.strings.length(lines), tf.float32))],
+                axis=1,
+            ),
         }
 
 
@@ -436,28 +460,23 @@ def _stage_model(feat, var, while_loop):
         e_id = tf.nn.embedding_lookup(var("emb_id"), feat["id"])
         e_cat = tf.nn.embedding_lookup(var("emb_category"), feat["category"])
         e_tags = tf.nn.embedding_lookup(var("emb_tags"), feat["tag_ids"])
-        tag_sum = tf.math.unsorted_segment_sum(
-            e_tags, feat["tag_rows"], tf.size(feat["tag_counts"]))
-        tag_count = tf.maximum(
-            tf.cast(feat["tag_counts"], tf.float32), 1.0)[:, None]
+        tag_sum = tf.math.unsorted_segment_sum(e_tags, feat["tag_rows"], tf.size(feat["tag_counts"]))
+        tag_count = tf.maximum(tf.cast(feat["tag_counts"], tf.float32), 1.0)[:, None]
         e_tags = tag_sum / tag_count
         x = tf.concat([e_id, e_cat, e_tags, feat["numeric"]], axis=1)
-        h = tf.nn.relu(tf.matmul(x, var("dense_1/kernel")) +
-                       var("dense_1/bias"))
-        h = tf.nn.relu(tf.matmul(h, var("dense_2/kernel")) +
-                       var("dense_2/bias"))
+        h = tf.nn.relu(tf.matmul(x, var("dense_1/kernel")) + var("dense_1/bias"))
+        h = tf.nn.relu(tf.matmul(h, var("dense_2/kernel")) + var("dense_2/bias"))
 
         def cond(i, _):
             return i < STAGE_REFINE_STEPS
 
         def body(i, h):
-            r = tf.tanh(tf.matmul(h, var("refine/kernel")) +
-                        var("refine/bias"))
+            r = tf.tanh(tf.matmul(h, var("refine/kernel")) + var("refine/bias"))
             return i + 1, h + 0.1 * r
 
         _, h = while_loop(
-            cond, body, [tf.constant(0), h],
-            shape_invariants=[tf.TensorShape([]), tf.TensorShape([None, 32])])
+            cond, body, [tf.constant(0), h], shape_invariants=[tf.TensorShape([]), tf.TensorShape([None, 32])]
+        )
         logit = tf.matmul(h, var("logit/kernel")) + var("logit/bias")
         return tf.sigmoid(logit, name="prob")
 
@@ -480,8 +499,7 @@ def make_stage_tf1(out, values):
             # Create the variables outside the loop, as a layer would.
             for name in values:
                 var(name)
-            prob = _stage_model(_stage_preprocess(lines), var,
-                                v1.while_loop)
+            prob = _stage_model(_stage_preprocess(lines), var, v1.while_loop)
             with v1.Session(graph=g) as sess:
                 _init_from(sess, [(created[n], values[n]) for n in values])
                 _save_v1(sess, export_dir, {"lines": lines}, {"prob": prob})
@@ -493,14 +511,11 @@ def make_stage_tf1(out, values):
 class Stage(tf.Module):
     def __init__(self, values):
         super().__init__(name="stage")
-        self.weights = {n: tf.Variable(v, name=n.replace("/", "_"))
-                        for n, v in values.items()}
+        self.weights = {n: tf.Variable(v, name=n.replace("/", "_")) for n, v in values.items()}
 
-    @tf.function(input_signature=[
-        tf.TensorSpec([None], tf.string, name="lines")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="lines")])
     def serve(self, lines):
-        prob = _stage_model(_stage_preprocess(lines),
-                            self.weights.__getitem__, tf.while_loop)
+        prob = _stage_model(_stage_preprocess(lines), self.weights.__getitem__, tf.while_loop)
         return {"prob": prob}
 
 
@@ -540,18 +555,15 @@ def deepfm_values():
 
 
 def _deepfm_v1_graph(shapes):
-    sparse = {n: v1.placeholder(tf.int64, [None], name=n)
-              for n in DEEPFM_SPARSE}
-    dense = {n: v1.placeholder(tf.float32, [None], name=n)
-             for n in DEEPFM_DENSE}
+    sparse = {n: v1.placeholder(tf.int64, [None], name=n) for n in DEEPFM_SPARSE}
+    dense = {n: v1.placeholder(tf.float32, [None], name=n) for n in DEEPFM_DENSE}
     created, embs = {}, []
     with v1.variable_scope("input_layer"):
         for name, size in zip(DEEPFM_SPARSE, DEEPFM_SIZES):
             with v1.variable_scope(name + "_embedding"):
                 table = _zeros_var("embedding_weights", [size, DEEPFM_DIM])
                 created[name + "/embedding"] = table
-                ids = tf.math.floormod(sparse[name],
-                                       tf.constant(size, tf.int64))
+                ids = tf.math.floormod(sparse[name], tf.constant(size, tf.int64))
                 embs.append(tf.nn.embedding_lookup(table, ids))
         dense_x = tf.stack([dense[n] for n in DEEPFM_DENSE], axis=1)
 
@@ -563,14 +575,12 @@ def _deepfm_v1_graph(shapes):
     var = created.__getitem__
 
     with tf.name_scope("linear"):
-        linear_logit = (tf.matmul(dense_x, var("linear/dense_kernel")) +
-                        var("linear/bias"))
+        linear_logit = tf.matmul(dense_x, var("linear/dense_kernel")) + var("linear/bias")
     with tf.name_scope("fm"):
-        stacked = tf.stack(embs, axis=1)                      # [B, F, D]
+        stacked = tf.stack(embs, axis=1)  # [B, F, D]
         square_of_sum = tf.square(tf.reduce_sum(stacked, 1))  # [B, D]
         sum_of_square = tf.reduce_sum(tf.square(stacked), 1)  # [B, D]
-        fm_logit = 0.5 * tf.reduce_sum(square_of_sum - sum_of_square, 1,
-                                       keepdims=True)
+        fm_logit = 0.5 * tf.reduce_sum(square_of_sum - sum_of_square, 1, keepdims=True)
     with tf.name_scope("dnn"):
         h = tf.concat(embs + [dense_x], axis=1)
         for k in range(len(DEEPFM_HIDDEN) + 1):
@@ -585,8 +595,7 @@ def make_deepfm_tf1(out, values):
     export_dir = os.path.join(out, "deepfm_tf1")
     g = tf.Graph()
     with g.as_default():
-        sparse, dense, prob, created = _deepfm_v1_graph(
-            {n: v.shape for n, v in values.items()})
+        sparse, dense, prob, created = _deepfm_v1_graph({n: v.shape for n, v in values.items()})
         assert set(created) == set(values), set(values) ^ set(created)
         with v1.Session(graph=g) as sess:
             _init_from(sess, [(created[n], values[n]) for n in values])
@@ -599,15 +608,12 @@ def make_deepfm_tf2(out, values):
     import keras
     from keras import ops
 
-    inputs = {n: keras.Input(shape=(), dtype="int64", name=n)
-              for n in DEEPFM_SPARSE}
-    inputs.update({n: keras.Input(shape=(), dtype="float32", name=n)
-                   for n in DEEPFM_DENSE})
+    inputs = {n: keras.Input(shape=(), dtype="int64", name=n) for n in DEEPFM_SPARSE}
+    inputs.update({n: keras.Input(shape=(), dtype="float32", name=n) for n in DEEPFM_DENSE})
     emb_layers, embs = {}, []
     for name, size in zip(DEEPFM_SPARSE, DEEPFM_SIZES):
         ids = ops.mod(inputs[name], size)  # floor-mod: any int64 is valid
-        emb_layers[name] = keras.layers.Embedding(
-            size, DEEPFM_DIM, name=name + "_embedding")
+        emb_layers[name] = keras.layers.Embedding(size, DEEPFM_DIM, name=name + "_embedding")
         embs.append(emb_layers[name](ids))
     dense_x = ops.stack([inputs[n] for n in DEEPFM_DENSE], axis=1)
     linear_dense = keras.layers.Dense(1, name="linear")
@@ -615,32 +621,25 @@ def make_deepfm_tf2(out, values):
     stacked = ops.stack(embs, axis=1)
     square_of_sum = ops.square(ops.sum(stacked, axis=1))
     sum_of_square = ops.sum(ops.square(stacked), axis=1)
-    fm_logit = 0.5 * ops.sum(square_of_sum - sum_of_square, axis=1,
-                             keepdims=True)
+    fm_logit = 0.5 * ops.sum(square_of_sum - sum_of_square, axis=1, keepdims=True)
     h = keras.layers.Concatenate(axis=1)(embs + [dense_x])
     dnn = []
     for k, units in enumerate(DEEPFM_HIDDEN + [1]):
-        layer = keras.layers.Dense(
-            units, activation="relu" if k < len(DEEPFM_HIDDEN) else None,
-            name="dnn_%d" % k)
+        layer = keras.layers.Dense(units, activation="relu" if k < len(DEEPFM_HIDDEN) else None, name="dnn_%d" % k)
         dnn.append(layer)
         h = layer(h)
-    prob = keras.layers.Activation("sigmoid", name="prob")(
-        linear_logit + fm_logit + h)
+    prob = keras.layers.Activation("sigmoid", name="prob")(linear_logit + fm_logit + h)
     model = keras.Model(inputs, {"prob": prob}, name="deepfm")
 
     for name in DEEPFM_SPARSE:
         emb_layers[name].set_weights([values[name + "/embedding"]])
-    linear_dense.set_weights([values["linear/dense_kernel"],
-                              values["linear/bias"]])
+    linear_dense.set_weights([values["linear/dense_kernel"], values["linear/bias"]])
     for k, layer in enumerate(dnn):
-        layer.set_weights([values["dnn_%d/kernel" % k],
-                           values["dnn_%d/bias" % k]])
+        layer.set_weights([values["dnn_%d/kernel" % k], values["dnn_%d/bias" % k]])
 
     export_dir = os.path.join(out, "deepfm_tf2")
     _fresh_dir(export_dir)
-    with open(os.devnull, "w") as devnull, \
-            contextlib.redirect_stdout(devnull):
+    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
         model.export(export_dir, format="tf_saved_model", verbose=False)
     _drop_empty_assets(export_dir)
     return export_dir
@@ -650,8 +649,8 @@ def make_deepfm_tf2(out, values):
 # 5. bilinear: four branches of bilinear pooling, the demo's model
 
 BILINEAR_LOCATIONS = 128 * 128  # feature-map locations the pooling sums over
-BILINEAR_CHANNELS = 4            # input channels per location
-BILINEAR_DIM = 16                # channels per branch after the projection
+BILINEAR_CHANNELS = 4  # input channels per location
+BILINEAR_DIM = 16  # channels per branch after the projection
 BILINEAR_CLASSES = 10
 BILINEAR_BRANCHES = 4
 
@@ -674,9 +673,7 @@ def _bilinear_v1_graph():
     signed square root, l2 normalization, a classifier; the mean of the branches' logits."""
     created = {}
     d = BILINEAR_DIM
-    features = v1.placeholder(
-        tf.float32, [None, BILINEAR_LOCATIONS, BILINEAR_CHANNELS],
-        name="features")
+    features = v1.placeholder(tf.float32, [None, BILINEAR_LOCATIONS, BILINEAR_CHANNELS], name="features")
 
     def var(name, shape):
         v = _zeros_var(name, shape, use_resource=False)
@@ -687,18 +684,19 @@ def _bilinear_v1_graph():
     for i in range(BILINEAR_BRANCHES):
         with v1.variable_scope("branch_%d" % i):
             with v1.variable_scope("proj"):
-                proj = tf.nn.relu(
-                    tf.matmul(features, var("weights", [BILINEAR_CHANNELS, d]))
-                    + var("biases", [d]))
-            pooled = tf.matmul(tf.transpose(proj, [0, 2, 1]), proj) / float(
-                BILINEAR_LOCATIONS)
+                proj = tf.nn.relu(tf.matmul(features, var("weights", [BILINEAR_CHANNELS, d])) + var("biases", [d]))
+            pooled = tf.matmul(tf.transpose(proj, [0, 2, 1]), proj) / float(BILINEAR_LOCATIONS)
             pooled = tf.reshape(pooled, [-1, d * d])
             pooled = tf.sign(pooled) * tf.sqrt(tf.abs(pooled) + 1e-12)
             pooled = tf.math.l2_normalize(pooled, axis=1)
             with v1.variable_scope("fc"):
-                logits.append(tf.identity(
-                    tf.matmul(pooled, var("weights", [d * d, BILINEAR_CLASSES]))
-                    + var("biases", [BILINEAR_CLASSES]), name="logits"))
+                logits.append(
+                    tf.identity(
+                        tf.matmul(pooled, var("weights", [d * d, BILINEAR_CLASSES]))
+                        + var("biases", [BILINEAR_CLASSES]),
+                        name="logits",
+                    )
+                )
     mean_logits = tf.reduce_mean(tf.stack(logits), axis=0, name="mean_logits")
     return features, logits, mean_logits, created
 
@@ -742,25 +740,30 @@ def generate(out):
 # ---------------------------------------------------------------------------
 # --check
 
-SAVED_MODELS = ["linreg_tf1", "linreg_tf2", "towers_tf1", "towers_tf2",
-                "stage_tf1", "stage_tf2", "deepfm_tf1", "deepfm_tf2",
-                "bilinear_tf1"]
+SAVED_MODELS = [
+    "linreg_tf1",
+    "linreg_tf2",
+    "towers_tf1",
+    "towers_tf2",
+    "stage_tf1",
+    "stage_tf2",
+    "deepfm_tf1",
+    "deepfm_tf2",
+    "bilinear_tf1",
+]
 V1_CONTROL_FLOW = {"Enter", "Exit", "Merge", "Switch", "NextIteration"}
 BATCH = 3
 
 
 def _random_lines(rng, n):
-    words = ["foo", "bar", "baz", "qux", "", "12", "-3.5", "x|y", "1e9",
-             "\u00e9t\u00e9", "99999999999999999999", "a,b"]
+    words = ["foo", "bar", "baz", "qux", "", "12", "-3.5", "x|y", "1e9", "\u00e9t\u00e9", "99999999999999999999", "a,b"]
     lines = []
     for i in range(n):
         if i == 0:
             lines.append("12,foo,bar|baz,0.5")  # the documented shape
             continue
         k = rng.randint(0, 7)
-        lines.append(",".join(
-            "|".join(rng.choice(words) for _ in range(rng.randint(1, 3)))
-            for _ in range(k)))
+        lines.append(",".join("|".join(rng.choice(words) for _ in range(rng.randint(1, 3))) for _ in range(k)))
     return np.array([s.encode("utf-8") for s in lines], dtype=object)
 
 
@@ -770,15 +773,11 @@ def random_inputs(signature_inputs, rng, batch=BATCH):
     for name, (dtype, shape) in sorted(signature_inputs.items()):
         shape = [batch if d in (-1, None) else d for d in shape]
         if dtype == tf.string:
-            feeds[name] = _random_lines(rng, int(np.prod(shape))).reshape(
-                shape)
+            feeds[name] = _random_lines(rng, int(np.prod(shape))).reshape(shape)
         elif dtype.is_integer:
-            feeds[name] = rng.randint(-2**62, 2**62, size=shape,
-                                      dtype=np.int64).astype(
-                                          dtype.as_numpy_dtype)
+            feeds[name] = rng.randint(-(2**62), 2**62, size=shape, dtype=np.int64).astype(dtype.as_numpy_dtype)
         else:
-            feeds[name] = rng.standard_normal(size=shape).astype(
-                dtype.as_numpy_dtype)
+            feeds[name] = rng.standard_normal(size=shape).astype(dtype.as_numpy_dtype)
     return feeds
 
 
@@ -793,6 +792,7 @@ def _all_nodes(meta_graph):
 
 def _read_saved_model(path):
     from tensorflow.core.protobuf import saved_model_pb2
+
     sm = saved_model_pb2.SavedModel()
     with open(os.path.join(path, "saved_model.pb"), "rb") as f:
         sm.ParseFromString(f.read())
@@ -800,8 +800,7 @@ def _read_saved_model(path):
 
 
 def _sig_inputs(sig):
-    return {k: (tf.as_dtype(t.dtype), [d.size for d in t.tensor_shape.dim])
-            for k, t in sig.inputs.items()}
+    return {k: (tf.as_dtype(t.dtype), [d.size for d in t.tensor_shape.dim]) for k, t in sig.inputs.items()}
 
 
 class Checker:
@@ -822,26 +821,35 @@ def _check_structure(c, name, sm):
     for kind, infos in (("input", sig.inputs), ("output", sig.outputs)):
         for key, info in infos.items():
             dims = [d.size for d in info.tensor_shape.dim]
-            c.expect(info.dtype != 0 and not info.tensor_shape.unknown_rank
-                     and dims[:1] == [-1],
-                     "%s: %s %s has dtype, shape, batch None (%s %s)" % (
-                         name, kind, key, tf.as_dtype(info.dtype).name, dims))
+            c.expect(
+                info.dtype != 0 and not info.tensor_shape.unknown_rank and dims[:1] == [-1],
+                "%s: %s %s has dtype, shape, batch None (%s %s)"
+                % (name, kind, key, tf.as_dtype(info.dtype).name, dims),
+            )
     nodes = list(_all_nodes(mg))
     # tf.saved_model.save pins its own checkpoint machinery to the CPU (the
     # main graph's Const holding the saver's file name, and the functions
     # _traced_save/_traced_restore); every TF2 SavedModel has those.  The
     # model itself must be unpinned.
-    pinned = [n.name for w, n in nodes if n.device and not (
-        "_traced_save_" in w or "_traced_restore_" in w or
-        (w == "graph" and n.op == "Const" and n.name in (
-            "Const", "saver_filename")))]
+    pinned = [
+        n.name
+        for w, n in nodes
+        if n.device
+        and not (
+            "_traced_save_" in w
+            or "_traced_restore_" in w
+            or (w == "graph" and n.op == "Const" and n.name in ("Const", "saver_filename"))
+        )
+    ]
     c.expect(not pinned, "%s: no device pins %s" % (name, pinned[:3]))
     rand = [n.name for _, n in nodes if "Random" in n.op]
     c.expect(not rand, "%s: no random ops %s" % (name, rand[:3]))
     n_fn = len(mg.graph_def.library.function)
     n_fn_nodes = sum(len(f.node_def) for f in mg.graph_def.library.function)
-    print("       %d nodes in graph, %d functions with %d nodes" % (
-        len(mg.graph_def.node), n_fn, n_fn_nodes), file=sys.stderr)
+    print(
+        "       %d nodes in graph, %d functions with %d nodes" % (len(mg.graph_def.node), n_fn, n_fn_nodes),
+        file=sys.stderr,
+    )
     return mg, nodes
 
 
@@ -884,50 +892,51 @@ def check(out):
             continue
         finite = all(np.all(np.isfinite(v)) for v in outs.values())
         shapes = {k: list(v.shape) for k, v in outs.items()}
-        c.expect(finite and all(s[0] == BATCH for s in shapes.values()),
-                 "%s: runs on batch %d -> %s" % (name, BATCH, shapes))
+        c.expect(
+            finite and all(s[0] == BATCH for s in shapes.values()), "%s: runs on batch %d -> %s" % (name, BATCH, shapes)
+        )
         outs2 = run(path, feeds)
-        c.expect(all(np.array_equal(outs[k], outs2[k]) for k in outs),
-                 "%s: deterministic" % name)
+        c.expect(all(np.array_equal(outs[k], outs2[k]) for k in outs), "%s: deterministic" % name)
         if base in results:
             ref = results[base][1]
-            c.expect(set(ref) == set(outs) and all(
-                np.allclose(ref[k], outs[k], rtol=1e-4, atol=1e-5)
-                for k in ref), "%s: same outputs as %s_tf1" % (name, base))
+            c.expect(
+                set(ref) == set(outs) and all(np.allclose(ref[k], outs[k], rtol=1e-4, atol=1e-5) for k in ref),
+                "%s: same outputs as %s_tf1" % (name, base),
+            )
         else:
             results[base] = (feeds, outs)
 
-        streams = [(n.op, n.attr["_stream_id"].i)
-                   for _, n in nodes if "_stream_id" in n.attr]
+        streams = [(n.op, n.attr["_stream_id"].i) for _, n in nodes if "_stream_id" in n.attr]
         if base == "linreg":
-            c.expect({("MatMul", 0), ("MatMul", 1)} <= set(streams),
-                     "%s: _stream_id 0 and 1 on %d nodes" % (
-                         name, len(streams)))
+            c.expect(
+                {("MatMul", 0), ("MatMul", 1)} <= set(streams),
+                "%s: _stream_id 0 and 1 on %d nodes" % (name, len(streams)),
+            )
         else:
             c.expect(not streams, "%s: no _stream_id" % name)
         cf = {n.op for _, n in nodes} & V1_CONTROL_FLOW
         if name == "stage_tf1":
-            c.expect(cf == V1_CONTROL_FLOW,
-                     "%s: v1 control flow ops %s" % (name, sorted(cf)))
+            c.expect(cf == V1_CONTROL_FLOW, "%s: v1 control flow ops %s" % (name, sorted(cf)))
         if name == "stage_tf2":
-            c.expect(any(n.op in ("While", "StatelessWhile")
-                         for _, n in nodes), "%s: functional While" % name)
+            c.expect(any(n.op in ("While", "StatelessWhile") for _, n in nodes), "%s: functional While" % name)
 
     # custom_op_tf1: parses, but TensorFlow refuses to load it.
     print("custom_op_tf1", file=sys.stderr)
     path = os.path.join(out, "custom_op_tf1")
     sm = _read_saved_model(path)
-    c.expect(any(n.op == UNREGISTERED_OP for n in sm.meta_graphs[0]
-                 .graph_def.node), "custom_op_tf1: has %s" % UNREGISTERED_OP)
+    c.expect(
+        any(n.op == UNREGISTERED_OP for n in sm.meta_graphs[0].graph_def.node),
+        "custom_op_tf1: has %s" % UNREGISTERED_OP,
+    )
     try:
         _run_v1(path, results["linreg"][0])
         c.expect(False, "custom_op_tf1: TensorFlow refuses to load it")
     except Exception as e:  # noqa: BLE001
-        c.expect("Op type not registered" in str(e),
-                 "custom_op_tf1: load fails with 'Op type not registered'")
+        c.expect("Op type not registered" in str(e), "custom_op_tf1: load fails with 'Op type not registered'")
 
     # linreg_frozen.pb / .pbtxt: import and run, same result as linreg_tf1.
     from google.protobuf import text_format
+
     feeds, ref = results["linreg"]
     for fname in ("linreg_frozen.pb", "linreg_frozen.pbtxt"):
         print(fname, file=sys.stderr)
@@ -939,12 +948,14 @@ def check(out):
         else:
             gd.ParseFromString(data)
         ops = {n.op for n in gd.node}
-        c.expect("VariableV2" not in ops and "VarHandleOp" not in ops,
-                 "%s: no variables (%d nodes)" % (fname, len(gd.node)))
-        sids = {n.name: n.attr["_stream_id"].i for n in gd.node
-                if "_stream_id" in n.attr}
-        c.expect(sids.get("weight_x") == 0 and sids.get("weight_y") == 1,
-                 "%s: _stream_id kept on %d nodes" % (fname, len(sids)))
+        c.expect(
+            "VariableV2" not in ops and "VarHandleOp" not in ops, "%s: no variables (%d nodes)" % (fname, len(gd.node))
+        )
+        sids = {n.name: n.attr["_stream_id"].i for n in gd.node if "_stream_id" in n.attr}
+        c.expect(
+            sids.get("weight_x") == 0 and sids.get("weight_y") == 1,
+            "%s: _stream_id kept on %d nodes" % (fname, len(sids)),
+        )
         g = tf.Graph()
         with g.as_default():
             tf.graph_util.import_graph_def(gd, name="")
@@ -955,6 +966,7 @@ def check(out):
     # towers_tf1.meta: a MetaGraphDef that import_meta_graph accepts.
     print("towers_tf1.meta", file=sys.stderr)
     from tensorflow.core.protobuf import meta_graph_pb2
+
     meta = meta_graph_pb2.MetaGraphDef()
     with open(os.path.join(out, "towers_tf1.meta"), "rb") as f:
         meta.ParseFromString(f.read())
@@ -963,14 +975,11 @@ def check(out):
     with g.as_default():
         saver = v1.train.import_meta_graph(meta)
         with v1.Session(graph=g) as sess:
-            saver.restore(sess, os.path.join(out, "towers_tf1", "variables",
-                                             "variables"))
+            saver.restore(sess, os.path.join(out, "towers_tf1", "variables", "variables"))
             sig = meta.signature_def[SIG]
             feeds, ref = results["towers"]
-            got = sess.run(sig.outputs["mean_logits"].name,
-                           {sig.inputs[k].name: v for k, v in feeds.items()})
-    c.expect(np.allclose(got, ref["mean_logits"]),
-             "towers_tf1.meta: runs with towers_tf1's variables")
+            got = sess.run(sig.outputs["mean_logits"].name, {sig.inputs[k].name: v for k, v in feeds.items()})
+    c.expect(np.allclose(got, ref["mean_logits"]), "towers_tf1.meta: runs with towers_tf1's variables")
 
     if c.failures:
         print("%d check(s) failed" % len(c.failures), file=sys.stderr)
@@ -982,14 +991,15 @@ def check(out):
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description="Regenerate msopt's sample TensorFlow models.",
-        epilog="example: python sample_models/make_samples.py --check")
-    parser.add_argument("--out", default=os.path.dirname(
-        os.path.abspath(__file__)), help="output directory "
-        "(default: the directory of this script)")
-    parser.add_argument("--check", action="store_true",
-                        help="after generating, load and run every model")
-    parser.add_argument("--check-only", action="store_true",
-                        help="only check the models already in --out")
+        epilog="example: python sample_models/make_samples.py --check",
+    )
+    parser.add_argument(
+        "--out",
+        default=os.path.dirname(os.path.abspath(__file__)),
+        help="output directory (default: the directory of this script)",
+    )
+    parser.add_argument("--check", action="store_true", help="after generating, load and run every model")
+    parser.add_argument("--check-only", action="store_true", help="only check the models already in --out")
     args = parser.parse_args(argv)
     if not args.check_only:
         generate(args.out)

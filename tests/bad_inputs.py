@@ -1,9 +1,10 @@
 """Builders of malformed models and rules files, each made from a sample model at test time."""
+
 from pathlib import Path
 
 from click.testing import CliRunner
-
 from conftest import SAMPLES
+
 from msopt import protos
 from msopt.cli import main
 
@@ -37,9 +38,13 @@ def huge_shape(out_dir):
 
 def wrong_rank(out_dir):
     """D4: a rank-1 _output_shapes on a Const that a MatMul reads."""
-    return edited_linreg(out_dir, "rank.pbtxt", 'name: "weight_y"\n  op: "Const"\n',
-                         'name: "weight_y"\n  op: "Const"\n'
-                         '  attr { key: "_output_shapes" value { list { shape { dim { size: 7 } } } } }\n')
+    return edited_linreg(
+        out_dir,
+        "rank.pbtxt",
+        'name: "weight_y"\n  op: "Const"\n',
+        'name: "weight_y"\n  op: "Const"\n'
+        '  attr { key: "_output_shapes" value { list { shape { dim { size: 7 } } } } }\n',
+    )
 
 
 def float_stream_id(out_dir, value="f: 1.0"):

@@ -1,4 +1,5 @@
 """Shared test fixtures: the sample models, the CLI (in a subprocess or in-process) and cached Keras models."""
+
 import fcntl
 import os
 import shutil
@@ -16,8 +17,14 @@ CACHE = Path(os.environ.get("MSOPT_TEST_CACHE", ROOT / ".cache" / "test-models")
 def run_msopt(*args, cwd=None, env=None, timeout=600):
     """Run the real command line in a fresh process (own TensorFlow state); returns CompletedProcess."""
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "msopt", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=full_env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "msopt", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=full_env,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture
@@ -89,7 +96,7 @@ def mobilenet_v2():
 # LayerNormalization(1e-12); per layer a MultiHeadAttention with a padding mask, residual Add,
 # LayerNormalization, EinsumDense + approximate GELU, EinsumDense, Add, LayerNormalization; a tanh
 # pooler on the first token and a 2-class head. The type table has 16 rows so that generated ids index it.
-TRANSFORMER_CODE = r'''
+TRANSFORMER_CODE = r"""
 import os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import tensorflow as tf, tf_keras as keras
@@ -120,7 +127,7 @@ model = keras.Model({"input_word_ids": ids, "input_mask": mask, "input_type_ids"
 tmp = sys.argv[1] + ".partial"
 tf.saved_model.save(model, tmp)
 os.replace(tmp, sys.argv[1])
-'''
+"""
 
 
 def transformer_encoder(layers=4, hidden=256, heads=4, inner=1024, seq=16, vocab=100):
@@ -134,8 +141,9 @@ def transformer_encoder(layers=4, hidden=256, heads=4, inner=1024, seq=16, vocab
 
     def build():
         shutil.rmtree(str(target) + ".partial", ignore_errors=True)
-        subprocess.run([sys.executable, "-c", TRANSFORMER_CODE, str(target), *args], check=True, capture_output=True,
-                       timeout=900)
+        subprocess.run(
+            [sys.executable, "-c", TRANSFORMER_CODE, str(target), *args], check=True, capture_output=True, timeout=900
+        )
 
     return built_once(target, build)
 

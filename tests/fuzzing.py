@@ -4,6 +4,7 @@ Each variant runs in-process through a proto-only command (inspect, partition wi
 simulate, visualize to .dot); the property: exit 0 or 2, exactly one ``msopt: error:`` line when
 2, the input unchanged, nothing partial or stray written, an answer within TIME_LIMIT_S.
 """
+
 import hashlib
 import random
 import re
@@ -14,15 +15,19 @@ from collections import Counter
 from pathlib import Path
 
 from click.testing import CliRunner
+from mutations import SEEDS, Seed, make_variant
 
 from msopt.cli import main
-from mutations import SEEDS, Seed, make_variant
 
 POLICIES = ["none", "auto", "chains", "towers", "stage", "embedding", "collective"]
 TIME_LIMIT_S = 30  # one command on one variant; the samples take well under a second
-RULES = ["rules:\n  - op: MatMul\n    stream: 1\n", "default: 0\nrules:\n  - match: '.*'\n    stream: 1\n",
-         "rules:\n  - scope: tower_1/\n    stream: 1\n  - function: '.*'\n    stream: 0\n", "rules: [",
-         "rules:\n  - match: '('\n    stream: 1\n"]
+RULES = [
+    "rules:\n  - op: MatMul\n    stream: 1\n",
+    "default: 0\nrules:\n  - match: '.*'\n    stream: 1\n",
+    "rules:\n  - scope: tower_1/\n    stream: 1\n  - function: '.*'\n    stream: 0\n",
+    "rules: [",
+    "rules:\n  - match: '('\n    stream: 1\n",
+]
 
 
 # -- the property ----------------------------------------------------------------------------------
@@ -43,10 +48,30 @@ def command_for(rng, model, where):
             options += ["--no-const-dup", "--batch-size", str(rng.choice([1, 64, 2**40]))]
         return ["partition", model, "--streams", streams, "-o", where / "out", *options]
     if command == "simulate":
-        return ["simulate", model, "--streams", streams, "--policy", rng.choice(POLICIES), "--target",
-                rng.choice(["h100", "t4", "v100"]), "--batch-size", str(rng.choice([1, 7, 2**31 - 1]))]
-    return ["visualize", model, "-o", where / "out.dot", "--streams", streams, "--policy", rng.choice(POLICIES),
-            "--depth", str(rng.choice([1, 2, 64]))] + (["--expand", rng.choice(["model", "tower_1", "a/b"])] if rng.randrange(4) == 0 else [])
+        return [
+            "simulate",
+            model,
+            "--streams",
+            streams,
+            "--policy",
+            rng.choice(POLICIES),
+            "--target",
+            rng.choice(["h100", "t4", "v100"]),
+            "--batch-size",
+            str(rng.choice([1, 7, 2**31 - 1])),
+        ]
+    return [
+        "visualize",
+        model,
+        "-o",
+        where / "out.dot",
+        "--streams",
+        streams,
+        "--policy",
+        rng.choice(POLICIES),
+        "--depth",
+        str(rng.choice([1, 2, 64])),
+    ] + (["--expand", rng.choice(["model", "tower_1", "a/b"])] if rng.randrange(4) == 0 else [])
 
 
 def digest(path):

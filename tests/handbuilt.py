@@ -1,4 +1,5 @@
 """Hand-built graphs for rule tests: a GraphDef from a few lines of (name, op, inputs)."""
+
 from msopt import protos
 from msopt.graph import GraphView
 

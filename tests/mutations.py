@@ -3,20 +3,73 @@
 Structural mutations touch nodes, inputs, functions, dtypes, shapes, ``_stream_id``, signatures
 and the TF2 object graph. ``make_variant(rng, seeds)`` gives one mutated model as bytes.
 """
+
 from pathlib import Path
 
 from msopt import protos
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_models"
 # (sample, weight): small models more often, so that a run of hundreds stays short.
-SEEDS = [("linreg_frozen.pb", 4), ("linreg_frozen.pbtxt", 2), ("linreg_tf1", 3), ("linreg_tf2", 3), ("towers_tf1", 2),
-         ("towers_tf1.meta", 1), ("towers_tf2", 2), ("custom_op_tf1", 2), ("stage_tf1", 2), ("stage_tf2", 1),
-         ("deepfm_tf1", 1), ("deepfm_tf2", 1)]
-GARBAGE = ["", "x", "ghost", "ghost:0", "MatMul:abc", "X:99", "X:-1", "^ghost", "a:b:c:d", ":", "^", "X:" + "9" * 30,
-           "\u00e9\u00e8", "call:output:7", "x:0", "node:out:zz"]
-OPS = ["Placeholder", "Const", "Identity", "MatMul", "AddV2", "Conv2D", "MaxPool", "ConcatV2", "PartitionedCall",
-       "StatefulPartitionedCall", "If", "While", "Merge", "NextIteration", "Enter", "Switch", "Pack", "GatherV2",
-       "BatchMatMulV2", "DepthwiseConv2dNative", "Mean", "Shape", "NoSuchOp", "_FusedMatMul", "AvgPool", ""]
+SEEDS = [
+    ("linreg_frozen.pb", 4),
+    ("linreg_frozen.pbtxt", 2),
+    ("linreg_tf1", 3),
+    ("linreg_tf2", 3),
+    ("towers_tf1", 2),
+    ("towers_tf1.meta", 1),
+    ("towers_tf2", 2),
+    ("custom_op_tf1", 2),
+    ("stage_tf1", 2),
+    ("stage_tf2", 1),
+    ("deepfm_tf1", 1),
+    ("deepfm_tf2", 1),
+]
+GARBAGE = [
+    "",
+    "x",
+    "ghost",
+    "ghost:0",
+    "MatMul:abc",
+    "X:99",
+    "X:-1",
+    "^ghost",
+    "a:b:c:d",
+    ":",
+    "^",
+    "X:" + "9" * 30,
+    "\u00e9\u00e8",
+    "call:output:7",
+    "x:0",
+    "node:out:zz",
+]
+OPS = [
+    "Placeholder",
+    "Const",
+    "Identity",
+    "MatMul",
+    "AddV2",
+    "Conv2D",
+    "MaxPool",
+    "ConcatV2",
+    "PartitionedCall",
+    "StatefulPartitionedCall",
+    "If",
+    "While",
+    "Merge",
+    "NextIteration",
+    "Enter",
+    "Switch",
+    "Pack",
+    "GatherV2",
+    "BatchMatMulV2",
+    "DepthwiseConv2dNative",
+    "Mean",
+    "Shape",
+    "NoSuchOp",
+    "_FusedMatMul",
+    "AvgPool",
+    "",
+]
 
 
 class Seed:
@@ -72,7 +125,7 @@ def byte_flips(rng, data):
 
 
 def truncate(rng, data):
-    return data[:rng.randrange(len(data))] if data else data
+    return data[: rng.randrange(len(data))] if data else data
 
 
 def bodies(graph):
@@ -123,8 +176,9 @@ def mutate_node(rng, graph, meta):
             attr.s = rng.choice([b"NCHW", b"NHWC", b"", b"\xff"])
     else:
         for _ in range(rng.randint(2, 20)):
-            nodes.add(name=f"fuzz_{rng.randrange(10**6)}", op=rng.choice(OPS),
-                      input=[rng.choice(names)] if names else [])
+            nodes.add(
+                name=f"fuzz_{rng.randrange(10**6)}", op=rng.choice(OPS), input=[rng.choice(names)] if names else []
+            )
 
 
 def mutate_inputs(rng, graph, meta):
@@ -172,7 +226,9 @@ def mutate_function(rng, graph, meta):
             nd.op = "PartitionedCall"
             nd.attr["f"].func.name = rng.choice([fdef.signature.name, "missing", ""])
     else:
-        fdef.node_def.add(name="fuzz_self", op=fdef.signature.name, input=[a.name for a in fdef.signature.input_arg][:1])
+        fdef.node_def.add(
+            name="fuzz_self", op=fdef.signature.name, input=[a.name for a in fdef.signature.input_arg][:1]
+        )
 
 
 def mutate_dtype(rng, graph, meta):
@@ -255,11 +311,19 @@ def mutate_object_graph(rng, graph, meta):
     elif choice == 1 and function.bound_inputs:
         del function.bound_inputs[rng.randrange(len(function.bound_inputs))]
     elif objects.nodes:
-        del objects.nodes[rng.randrange(len(objects.nodes)):]
+        del objects.nodes[rng.randrange(len(objects.nodes)) :]
 
 
-STRUCTURAL = [mutate_node, mutate_inputs, mutate_function, mutate_dtype, mutate_shape, mutate_stream, mutate_signature,
-              mutate_object_graph]
+STRUCTURAL = [
+    mutate_node,
+    mutate_inputs,
+    mutate_function,
+    mutate_dtype,
+    mutate_shape,
+    mutate_stream,
+    mutate_signature,
+    mutate_object_graph,
+]
 
 
 def make_variant(rng, seeds):

@@ -1,14 +1,15 @@
 """Every bad input ends with one line on stderr, exit code 2, no traceback, no output, input untouched."""
-import pytest
 
+import pytest
 from conftest import SAMPLES
-from msopt import protos
 from test_emit import tree_digest
+
+from msopt import protos
 
 
 def assert_clean_failure(result, *words):
     assert result.returncode == 2, (result.returncode, result.stderr)
-    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("msopt: error:"), result.stderr
     assert "Traceback" not in result.stderr and result.stdout == ""
     for word in words:
@@ -76,7 +77,9 @@ def test_output_exists(msopt, sample, tmp_path):
 
 def test_stream_id_out_of_range(msopt, sample):
     """linreg_tf1 carries stream ids 0 and 1: one stream cannot hold them."""
-    assert_clean_failure(msopt("partition", sample("linreg_tf1"), "--streams", 1, "--policy", "none"), "stream 1", "--streams 1")
+    assert_clean_failure(
+        msopt("partition", sample("linreg_tf1"), "--streams", 1, "--policy", "none"), "stream 1", "--streams 1"
+    )
 
 
 def test_bad_stream_count_is_a_usage_error(msopt):

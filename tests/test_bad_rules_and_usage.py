@@ -1,9 +1,10 @@
 """Rules files are bounded data (UTF-8, no tags, shallow, small, regexes time-bound); usage errors are one line."""
-import pytest
 
 import bad_inputs
+import pytest
 from bad_inputs import cli
 from conftest import SAMPLES
+
 from msopt.commands.partition import MAX_WARNINGS
 from msopt.rules import manual as manual_module
 
@@ -22,14 +23,17 @@ def one_error_line(code, stdout, stderr, *words):
         assert word in stderr[0], (word, stderr[0])
 
 
-@pytest.mark.parametrize("name, words", [
-    ("nonutf8.yaml", [":2:", "not UTF-8"]),
-    ("utf16.yaml", ["UTF-16"]),
-    ("pyname.yaml", [":3:", "!!python/name:os.system", "not allowed"]),
-    ("inttag.yaml", [":3:", "!!int", "not allowed"]),
-    ("nest.yaml", [":1:", "nesting deeper"]),
-    ("nul.yaml", [":2:", "NUL byte"]),
-])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("nonutf8.yaml", [":2:", "not UTF-8"]),
+        ("utf16.yaml", ["UTF-16"]),
+        ("pyname.yaml", [":3:", "!!python/name:os.system", "not allowed"]),
+        ("inttag.yaml", [":3:", "!!int", "not allowed"]),
+        ("nest.yaml", [":1:", "nesting deeper"]),
+        ("nul.yaml", [":2:", "NUL byte"]),
+    ],
+)
 def test_bad_rules_file(tmp_path, name, words):
     path = bad_inputs.rules_file(tmp_path, name, bad_inputs.RULES[name])
     one_error_line(*partition_with_rules(tmp_path, path), name, *words)
@@ -68,25 +72,36 @@ def test_regex_over_its_time_bound_names_rule_and_node(tmp_path):
 
 
 def test_unmatched_rule_warnings_are_capped(tmp_path):
-    path = bad_inputs.rules_file(tmp_path, "unmatched.yaml", "rules:\n  - scope: tower_1/\n    stream: 1\n"
-                                 + bad_inputs.many_rules(40).split("\n", 1)[1])
+    path = bad_inputs.rules_file(
+        tmp_path,
+        "unmatched.yaml",
+        "rules:\n  - scope: tower_1/\n    stream: 1\n" + bad_inputs.many_rules(40).split("\n", 1)[1],
+    )
     code, stdout, stderr = partition_with_rules(tmp_path, path)
     assert code == 0, stderr
     warnings = [line for line in stderr if line.startswith("msopt: warning:")]
-    assert len(warnings) == MAX_WARNINGS + 1 and warnings[-1].endswith(f"... and {40 - MAX_WARNINGS} more rules that matched no node")
+    assert len(warnings) == MAX_WARNINGS + 1 and warnings[-1].endswith(
+        f"... and {40 - MAX_WARNINGS} more rules that matched no node"
+    )
     assert stdout.count("matched no node") == MAX_WARNINGS + 1
 
 
-@pytest.mark.parametrize("args, words", [
-    (["partition", TOWERS, "--streams", 0], ["'--streams'", "0 is not in the range"]),
-    (["partition", TOWERS, "--rules", SAMPLES], ["'--rules'", "is a directory"]),
-    (["run", TOWERS, "--inputs", SAMPLES], ["'--inputs'", "is a directory"]),
-    (["inspect", TOWERS, "--bogus"], ["No such option '--bogus'", "msopt inspect --help"]),
-    (["simulate", TOWERS, "--bogus"], ["No such option '--bogus'", "msopt simulate --help"]),  # a lazily loaded command
-    (["--bogus"], ["No such option '--bogus'"]),
-    (["nosuchcommand"], ["No such command 'nosuchcommand'"]),
-    (["inspect"], ["Missing argument 'MODEL'"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["partition", TOWERS, "--streams", 0], ["'--streams'", "0 is not in the range"]),
+        (["partition", TOWERS, "--rules", SAMPLES], ["'--rules'", "is a directory"]),
+        (["run", TOWERS, "--inputs", SAMPLES], ["'--inputs'", "is a directory"]),
+        (["inspect", TOWERS, "--bogus"], ["No such option '--bogus'", "msopt inspect --help"]),
+        (
+            ["simulate", TOWERS, "--bogus"],
+            ["No such option '--bogus'", "msopt simulate --help"],
+        ),  # a lazily loaded command
+        (["--bogus"], ["No such option '--bogus'"]),
+        (["nosuchcommand"], ["No such command 'nosuchcommand'"]),
+        (["inspect"], ["Missing argument 'MODEL'"]),
+    ],
+)
 def test_usage_error_is_one_line(args, words):
     one_error_line(*cli(*args), *words)
 
@@ -94,15 +109,19 @@ def test_usage_error_is_one_line(args, words):
 def test_usage_error_from_the_real_command_line(msopt):
     result = msopt("partition", TOWERS, "--streams", 0)
     assert result.returncode == 2 and result.stderr.splitlines() == [
-        "msopt: error: Invalid value for '--streams' / '-n': 0 is not in the range 1<=x<=1024. (see 'msopt partition --help')"]
+        "msopt: error: Invalid value for '--streams' / '-n': 0 is not in the range 1<=x<=1024. (see 'msopt partition --help')"
+    ]
 
 
 # -- other files the user names ---------------------------------------------------------------------
-@pytest.mark.parametrize("name, data, words", [
-    ("deep.json", b"[" * 100_000, ["nests too deep"]),
-    ("utf16.json", '{"ops": {}}'.encode("utf-16"), ["not JSON text"]),
-    ("huge.json", b'{"ops": {"MatMul": 1' + b"0" * 400 + b"}}", ["op 'MatMul'", "non-negative numbers"]),
-])
+@pytest.mark.parametrize(
+    "name, data, words",
+    [
+        ("deep.json", b"[" * 100_000, ["nests too deep"]),
+        ("utf16.json", '{"ops": {}}'.encode("utf-16"), ["not JSON text"]),
+        ("huge.json", b'{"ops": {"MatMul": 1' + b"0" * 400 + b"}}", ["op 'MatMul'", "non-negative numbers"]),
+    ],
+)
 def test_bad_costs_file(tmp_path, name, data, words):
     path = bad_inputs.rules_file(tmp_path, name, data)
     one_error_line(*cli("simulate", SAMPLES / "linreg_frozen.pb", "--costs", path), name, *words)
@@ -113,5 +132,8 @@ def test_batch_size_beyond_any_figure():
 
 
 def test_unwritable_timeline_path(tmp_path):
-    one_error_line(*cli("simulate", SAMPLES / "linreg_frozen.pb", "--timeline", tmp_path / "no" / "t.json"),
-                   str(tmp_path / "no" / "t.json"), "No such file or directory")
+    one_error_line(
+        *cli("simulate", SAMPLES / "linreg_frozen.pb", "--timeline", tmp_path / "no" / "t.json"),
+        str(tmp_path / "no" / "t.json"),
+        "No such file or directory",
+    )

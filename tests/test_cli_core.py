@@ -1,12 +1,23 @@
 """The inspect and partition commands end to end, and --verify on every sample model."""
+
 import json
 
 import pytest
-
 from conftest import SAMPLES
 
-SAMPLE_MODELS = ["linreg_tf1", "linreg_tf2", "towers_tf1", "towers_tf2", "stage_tf1", "stage_tf2",
-                 "deepfm_tf1", "deepfm_tf2", "linreg_frozen.pb", "linreg_frozen.pbtxt", "towers_tf1.meta"]
+SAMPLE_MODELS = [
+    "linreg_tf1",
+    "linreg_tf2",
+    "towers_tf1",
+    "towers_tf2",
+    "stage_tf1",
+    "stage_tf2",
+    "deepfm_tf1",
+    "deepfm_tf2",
+    "linreg_frozen.pb",
+    "linreg_frozen.pbtxt",
+    "towers_tf1.meta",
+]
 
 
 def test_help_lists_commands_with_examples(msopt):
@@ -39,8 +50,24 @@ def test_partition_verify_bitwise_on_every_sample(msopt, tmp_path, name):
     """Existing stream ids written as devices on 2 logical CPU devices compute bit for bit the same."""
     out = tmp_path / ("out" + (SAMPLES / name).suffix)
     report_file = tmp_path / "report.json"
-    result = msopt("partition", SAMPLES / name, "--streams", 2, "--policy", "none", "--placement", "device",
-                   "--device-type", "cpu", "-o", out, "--report", report_file, "--verify", "--json")
+    result = msopt(
+        "partition",
+        SAMPLES / name,
+        "--streams",
+        2,
+        "--policy",
+        "none",
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "-o",
+        out,
+        "--report",
+        report_file,
+        "--verify",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report == json.loads(report_file.read_text())
@@ -85,8 +112,22 @@ def test_partition_default_output_and_force(msopt, sample):
 
 
 def test_many_function_keras_model_partition_verify(msopt, tmp_path, mobilenet_v2):
-    result = msopt("partition", mobilenet_v2, "--streams", 2, "--policy", "none", "--placement", "device",
-                   "--device-type", "cpu", "-o", tmp_path / "out", "--verify", "--json")
+    result = msopt(
+        "partition",
+        mobilenet_v2,
+        "--streams",
+        2,
+        "--policy",
+        "none",
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "-o",
+        tmp_path / "out",
+        "--verify",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert len(report["functions"]) > 100 and report["verify"]["ok"]

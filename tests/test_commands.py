@@ -1,4 +1,5 @@
 """The commands package: shared options declared once, the policy list generated from the registry, lazy loading."""
+
 import pytest
 
 from msopt.cli import COMMANDS, load_command
@@ -14,8 +15,18 @@ def test_partition_help_lists_every_policy_from_the_registry(msopt):
 @pytest.mark.parametrize("command", ["partition", "simulate", "visualize"])
 def test_plan_options_are_shared_by_the_planning_commands(command):
     options = {opt for param in load_command(command).params for opt in param.opts}
-    assert {"--streams", "--policy", "--target", "--batch-size", "--costs", "--boundary", "--rules", "--override",
-            "--tags", "--json"} <= options
+    assert {
+        "--streams",
+        "--policy",
+        "--target",
+        "--batch-size",
+        "--costs",
+        "--boundary",
+        "--rules",
+        "--override",
+        "--tags",
+        "--json",
+    } <= options
 
 
 def test_every_command_loads_from_its_module():

@@ -3,20 +3,21 @@
 Every model here runs with hard placement on N logical CPU devices; the executed partition
 graphs (RunMetadata) say where each op really ran.
 """
+
 import json
 import subprocess
 import sys
 
 import pytest
-
 from conftest import SAMPLES
+
 from msopt import emit
 from msopt.constraints import apply, const_copies, host_only, is_host_only
 from msopt.graph import GraphView
 from msopt.load import load
 
 # Runs a SavedModel's serving signature in a fresh process; prints where each op ran.
-PROBE = r'''
+PROBE = r"""
 import json, os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import numpy as np, tensorflow as tf
@@ -64,12 +65,13 @@ for g in graphs:
 print(json.dumps({"executed": executed, "partitions": len(graphs),
                   "recv": [n.name for g in graphs for n in g.node if n.op == "_Recv"],
                   "outputs": {k: np.asarray(v).tolist() for k, v in out.items()}}))
-'''
+"""
 
 
 def run_probe(path, devices=2, mode="tf1"):
-    done = subprocess.run([sys.executable, "-c", PROBE, str(path), str(devices), mode], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(path), str(devices), mode], capture_output=True, text=True, timeout=300
+    )
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "exit %d" % done.returncode}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -104,7 +106,13 @@ def linreg_colocation(tmp_path_factory):
     view = view_of("linreg_tf1")
     raw = {"weight_x/read": 1}  # a rule moved the variable's read, not the variable
     plan, merges = apply(view, raw, 2)
-    return raw, plan, merges, run_probe(write(tmp, "linreg_tf1", raw, "raw")), run_probe(write(tmp, "linreg_tf1", plan, "plan"))
+    return (
+        raw,
+        plan,
+        merges,
+        run_probe(write(tmp, "linreg_tf1", raw, "raw")),
+        run_probe(write(tmp, "linreg_tf1", plan, "plan")),
+    )
 
 
 def test_colocation_without_constraint_tensorflow_ignores_the_plan(linreg_colocation):
@@ -130,7 +138,13 @@ def stage_resource(tmp_path_factory):
     view = view_of("stage_tf1")
     raw = {"model/MatMul/ReadVariableOp": 1, "stage/dense_1/kernel": 0}  # read and variable on different streams
     plan, merges = apply(view, raw, 2)
-    return raw, plan, merges, run_probe(write(tmp, "stage_tf1", raw, "raw")), run_probe(write(tmp, "stage_tf1", plan, "plan"))
+    return (
+        raw,
+        plan,
+        merges,
+        run_probe(write(tmp, "stage_tf1", raw, "raw")),
+        run_probe(write(tmp, "stage_tf1", plan, "plan")),
+    )
 
 
 def test_resource_without_constraint_tensorflow_moves_the_read(stage_resource):
@@ -150,8 +164,11 @@ def test_resource_variable_follows_its_reader(stage_resource):
 def test_embedding_table_goes_where_most_lookups_go():
     view = view_of("deepfm_tf1")
     table = "input_layer/C10_embedding/embedding_weights"
-    raw = {f"{table}/Initializer/zeros": 2, f"{table}/Read/ReadVariableOp": 2,
-           "input_layer/C10_embedding/embedding_lookup": 3}
+    raw = {
+        f"{table}/Initializer/zeros": 2,
+        f"{table}/Read/ReadVariableOp": 2,
+        "input_layer/C10_embedding/embedding_lookup": 3,
+    }
     fallback = {f"{table}/Initializer/zeros", f"{table}/Read/ReadVariableOp"}  # placed by a default, not a rule
     plan, _ = apply(view, raw, 4, type("Options", (), {"fallback": fallback})())
     assert plan[table] == 3 and plan[f"{table}/Initializer/zeros"] == 3 and plan[f"{table}/Read/ReadVariableOp"] == 3
@@ -174,11 +191,16 @@ def linreg_tf2_runs(tmp_path_factory):
     raw = {k: s for k, s in ((n.key, n.stream) for n in view.real_nodes()) if s is not None}  # its tf.stream ids
     plan, _ = apply(view, raw, 2)
     raw_path, plan_path = write(tmp, "linreg_tf2", raw, "raw"), write(tmp, "linreg_tf2", plan, "plan")
-    return raw, plan, plan_path, {
-        "raw": run_probe(raw_path, mode="tf2-devices"),
-        "plan_default_load": run_probe(plan_path, mode="tf2"),
-        "plan": run_probe(plan_path, mode="tf2-devices"),
-    }
+    return (
+        raw,
+        plan,
+        plan_path,
+        {
+            "raw": run_probe(raw_path, mode="tf2-devices"),
+            "plan_default_load": run_probe(plan_path, mode="tf2"),
+            "plan": run_probe(plan_path, mode="tf2-devices"),
+        },
+    )
 
 
 def test_tf2_captured_variable_device_is_written_and_honoured(linreg_tf2_runs):
@@ -204,7 +226,14 @@ def stage_frame(tmp_path_factory):
     body = [n.key for n in view.real_nodes() if n.name.startswith("model/while/")]
     raw = {k: (1 if k in ("model/while/Merge_1", "model/while/Switch_1", "model/while/Tanh") else 0) for k in body}
     plan, merges = apply(view, raw, 2)
-    return body, raw, plan, merges, run_probe(write(tmp, "stage_tf1", raw, "raw")), run_probe(write(tmp, "stage_tf1", plan, "plan"))
+    return (
+        body,
+        raw,
+        plan,
+        merges,
+        run_probe(write(tmp, "stage_tf1", raw, "raw")),
+        run_probe(write(tmp, "stage_tf1", plan, "plan")),
+    )
 
 
 def test_frame_split_across_streams_is_not_run_as_planned(stage_frame):
@@ -226,8 +255,22 @@ def partition_verified(msopt, tmp_path, name, rules_text):
     """Partition sample ``name`` with a rules file onto 2 CPU devices, --verify; returns the report."""
     rules = tmp_path / "rules.yaml"
     rules.write_text(rules_text)
-    done = msopt("partition", SAMPLES / name, "-n", "2", "--rules", rules, "--placement", "device",
-                 "--device-type", "cpu", "-o", tmp_path / "out", "--verify", "--json")
+    done = msopt(
+        "partition",
+        SAMPLES / name,
+        "-n",
+        "2",
+        "--rules",
+        rules,
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "-o",
+        tmp_path / "out",
+        "--verify",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -271,7 +314,12 @@ def deepfm_consts(tmp_path_factory):
     raw.update({n.key: 0 for n in view.real_nodes() if n.name.endswith("_embedding/Const")})  # its modulus pinned on 0
     plan, _ = apply(view, raw, 2)
     copies = const_copies(view, plan)
-    return plan, copies, run_probe(write(tmp, "deepfm_tf1", plan, "copies", copies)), run_probe(write(tmp, "deepfm_tf1", plan, "single"))
+    return (
+        plan,
+        copies,
+        run_probe(write(tmp, "deepfm_tf1", plan, "copies", copies)),
+        run_probe(write(tmp, "deepfm_tf1", plan, "single")),
+    )
 
 
 def test_const_copied_into_the_consuming_stream(deepfm_consts, tmp_path):
@@ -294,8 +342,19 @@ def test_const_copied_into_the_consuming_stream(deepfm_consts, tmp_path):
 def test_const_copies_verify_and_no_const_dup_flag(msopt, tmp_path):
     rules = tmp_path / "rules.yaml"
     rules.write_text("rules:\n  - op: FloorMod\n    stream: 1\n")
-    common = ("partition", SAMPLES / "deepfm_tf1", "-n", "2", "--rules", rules, "--placement", "device",
-              "--device-type", "cpu", "--json")
+    common = (
+        "partition",
+        SAMPLES / "deepfm_tf1",
+        "-n",
+        "2",
+        "--rules",
+        rules,
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "--json",
+    )
     done = msopt(*common, "-o", tmp_path / "dup", "--verify")
     assert done.returncode == 0, done.stderr
     assert len(json.loads(done.stdout)["const_copies"]) == 24 and json.loads(done.stdout)["verify"]["ok"]
@@ -308,7 +367,9 @@ def test_const_copies_verify_and_no_const_dup_flag(msopt, tmp_path):
 # -- stream range ----------------------------------------------------------------------------------
 def test_stream_out_of_range_names_node_and_rule(msopt, tmp_path):
     rules = tmp_path / "rules.yaml"
-    rules.write_text("rules:\n  - scope: tower_0/\n    stream: 0\n  - name: second tower\n    scope: tower_1/\n    stream: 5\n")
+    rules.write_text(
+        "rules:\n  - scope: tower_0/\n    stream: 0\n  - name: second tower\n    scope: tower_1/\n    stream: 5\n"
+    )
     done = msopt("partition", SAMPLES / "towers_tf1", "-n", "2", "--rules", rules, "-o", tmp_path / "out")
     assert done.returncode == 2
     line = done.stderr.strip()
@@ -319,14 +380,32 @@ def test_stream_out_of_range_names_node_and_rule(msopt, tmp_path):
 def test_tf_keras_model_plan_is_honoured_only_with_saved_variable_devices(msopt, mobilenet_v2, tmp_path):
     """A tf-keras model (one function per layer): every planned read runs where planned once the variables move."""
     rules = tmp_path / "rules.yaml"
-    rules.write_text('rules:\n  - match: "block_1[0-6].*"\n    stream: 1\n  - op: [DepthwiseConv2dNative]\n    stream: 2\n')
+    rules.write_text(
+        'rules:\n  - match: "block_1[0-6].*"\n    stream: 1\n  - op: [DepthwiseConv2dNative]\n    stream: 2\n'
+    )
     out = tmp_path / "out"
-    done = msopt("partition", mobilenet_v2, "-n", "3", "--rules", rules, "--placement", "device", "--device-type", "cpu",
-                 "-o", out, "--json")
+    done = msopt(
+        "partition",
+        mobilenet_v2,
+        "-n",
+        "3",
+        "--rules",
+        rules,
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "-o",
+        out,
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     view = GraphView(load(out).graph_def)
-    planned = {n.key: n.stream for n in view.real_nodes()
-               if n.stream is not None and not n.function.startswith("__inference__traced")}
+    planned = {
+        n.key: n.stream
+        for n in view.real_nodes()
+        if n.stream is not None and not n.function.startswith("__inference__traced")
+    }
     reads = {k: s for k, s in planned.items() if view.nodes[k].op == "ReadVariableOp" and s != 0}
     honoured, default = run_probe(out, devices=3, mode="tf2-devices"), run_probe(out, devices=3, mode="tf2")
     assert len(reads) > 50
@@ -342,7 +421,13 @@ def towers_fusion(tmp_path_factory):
     view = view_of("towers_tf1")
     raw = {"tower_0/ConvNet/BiasAdd": 1}  # Conv2D and Relu stay on stream 0
     plan, merges = apply(view, raw, 2)
-    return raw, plan, merges, run_probe(write(tmp, "towers_tf1", raw, "raw")), run_probe(write(tmp, "towers_tf1", plan, "plan"))
+    return (
+        raw,
+        plan,
+        merges,
+        run_probe(write(tmp, "towers_tf1", raw, "raw")),
+        run_probe(write(tmp, "towers_tf1", plan, "plan")),
+    )
 
 
 def test_fusable_chain_split_runs_fused_where_the_plan_did_not_say(towers_fusion):

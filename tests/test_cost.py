@@ -1,9 +1,10 @@
 """The cost model: what runs, shapes (recorded, propagated, through calls), FLOPs and bytes, targets, measured costs."""
+
 import json
 
 import pytest
-
 from conftest import SAMPLES
+
 from msopt import protos
 from msopt.cost import MIN_KERNEL_US, TARGETS, CostModel, load_costs
 from msopt.errors import InputError
@@ -190,7 +191,7 @@ def test_targets_differ_as_their_data_sheets_do():
     view, _ = model_of(g)
     times = {name: CostModel(view, None, target=name).time_us("mm") for name in TARGETS}
     assert times["h100"] < times["a100"] < times["v100"] < times["t4"]
-    assert times["v100"] == pytest.approx(2 * 4096 ** 3 / (15.7e6 * 0.7))
+    assert times["v100"] == pytest.approx(2 * 4096**3 / (15.7e6 * 0.7))
 
 
 def test_unknown_target_and_bad_batch_are_input_errors():
@@ -211,13 +212,16 @@ def test_measured_costs_replace_the_model(tmp_path):
     assert cm.measured == 1
 
 
-@pytest.mark.parametrize("text, words", [
-    ("not json", "not JSON"),
-    ('{"unit": "us"}', "ops"),
-    ('{"unit": "fortnights", "ops": {}}', "unknown unit"),
-    ('{"unit": "us", "ops": {"a": -1}}', "non-negative"),
-    ('{"unit": "us", "ops": {"a": "fast"}}', "non-negative"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("not json", "not JSON"),
+        ('{"unit": "us"}', "ops"),
+        ('{"unit": "fortnights", "ops": {}}', "unknown unit"),
+        ('{"unit": "us", "ops": {"a": -1}}', "non-negative"),
+        ('{"unit": "us", "ops": {"a": "fast"}}', "non-negative"),
+    ],
+)
 def test_bad_costs_files(tmp_path, text, words):
     path = tmp_path / "costs.json"
     path.write_text(text)
@@ -238,8 +242,19 @@ def test_measured_costs_from_the_command_line(msopt, tmp_path):
     kernels = [cm.tasks.key[i] for i in range(len(cm)) if cm.kernel[i]]
     path = tmp_path / "costs.json"
     path.write_text(json.dumps({"unit": "us", "ops": {k: 1000 for k in kernels}}))
-    result = msopt("simulate", SAMPLES / "linreg_tf1", "--streams", 2, "--policy", "none",
-                   "--target", "v100", "--costs", path, "--json")
+    result = msopt(
+        "simulate",
+        SAMPLES / "linreg_tf1",
+        "--streams",
+        2,
+        "--policy",
+        "none",
+        "--target",
+        "v100",
+        "--costs",
+        path,
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["ops_measured"] == len(kernels)

@@ -1,5 +1,6 @@
 """The quick-start demo shows the product working: its partition uses several streams, the simulator's own
 figures show a gain at the demo's target and batch size, the rewrite verifies bitwise, the picture is drawn."""
+
 import json
 import re
 import shlex
@@ -26,8 +27,9 @@ def test_the_demo_partition_pays_by_the_simulators_figures_and_verifies(tmp_path
     args = demo_command("partition")
     model = args[0]
     assert (ROOT / model).is_dir(), model
-    keep = [a for i, a in enumerate(args[1:], 1)
-            if a not in ("-o", "--report") and args[i - 1] not in ("-o", "--report")]
+    keep = [
+        a for i, a in enumerate(args[1:], 1) if a not in ("-o", "--report") and args[i - 1] not in ("-o", "--report")
+    ]
     done = run_msopt("partition", model, *keep, "-o", tmp_path / "out", "--json", cwd=ROOT)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
@@ -42,4 +44,6 @@ def test_the_demo_partition_pays_by_the_simulators_figures_and_verifies(tmp_path
     keep = [a for i, a in enumerate(draw[1:], 1) if a != "-o" and draw[i - 1] != "-o"]
     drawn = run_msopt("visualize", tmp_path / "out", *keep, "-o", picture, cwd=ROOT)
     assert drawn.returncode == 0, drawn.stderr
-    assert picture.read_text().lstrip().startswith(("<?xml", "<svg")) and f"{sim['speedup']:.3g}x" in picture.read_text()
+    assert (
+        picture.read_text().lstrip().startswith(("<?xml", "<svg")) and f"{sim['speedup']:.3g}x" in picture.read_text()
+    )

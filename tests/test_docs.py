@@ -1,4 +1,5 @@
 """The documentation stays true to the code: generated tables current, links resolve, README short."""
+
 import re
 import subprocess
 import sys
@@ -7,7 +8,9 @@ from conftest import ROOT
 
 
 def test_policy_table_is_generated_from_the_registry():
-    result = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_docs.py"), "--check"], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gen_docs.py"), "--check"], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     from msopt.rules import POLICIES
 

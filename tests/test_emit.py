@@ -1,4 +1,5 @@
 """Writing partitioned models: attributes, devices, copies, atomicity, and never touching the input."""
+
 import hashlib
 
 import pytest

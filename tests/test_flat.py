@@ -1,4 +1,5 @@
 """The flattened run (msopt.flat): the drawn, planned and simulated graphs of a signature are one set of op instances."""
+
 import subprocess
 import sys
 from collections import Counter
@@ -73,15 +74,22 @@ def test_drawn_planned_and_simulated_graphs_are_the_same_op_instances(which, con
     assert flow, "the model has a functional If/While"
     assert any(set(callers) & flow for _, callers in simulated)
     # Drawn == simulated, op instance by op instance; the drawing only leaves out TF2's main-graph variable handles.
-    hidden = Counter({inst: n for inst, n in simulated.items()
-                      if view.nodes[inst[0]].function == MAIN and view.nodes[inst[0]].op in HIDDEN_IN_DRAWING})
+    hidden = Counter(
+        {
+            inst: n
+            for inst, n in simulated.items()
+            if view.nodes[inst[0]].function == MAIN and view.nodes[inst[0]].op in HIDDEN_IN_DRAWING
+        }
+    )
     assert drawn == simulated - hidden
     assert all(n == 1 for n in simulated.values())  # an instance is one (key, call path)
     # Every instance the run executes is a planned vertex with the same identity (the rules plan more: whole graph).
     assert set(simulated) <= set(planned)
     # One plan puts each instance on the same stream in the drawing and in the simulation.
     plan = make_plan(view, PlanOptions(streams=4, policy="chains"), model, cost).partition
-    sim_stream = dict(zip(((cost.tasks.key[i], cost.tasks.callers(i)) for i in range(len(cost))), streams_of(cost, plan)))
+    sim_stream = dict(
+        zip(((cost.tasks.key[i], cost.tasks.callers(i)) for i in range(len(cost))), streams_of(cost, plan))
+    )
     drawn_stream = dict(zip(((op.key, tuple(op.callers)) for op in ops), op_streams(ops, plan)))
     assert drawn_stream == {inst: sim_stream[inst] for inst in drawn_stream}
 
@@ -133,16 +141,28 @@ def test_op_tables_and_the_sort_are_defined_once():
         assert defined == ["op_tables.py"], (name, defined)
     spelled = [p.name for p, text in sources.items() if '"PartitionedCall", "StatefulPartitionedCall"' in text]
     assert spelled == ["op_tables.py"]
-    kahn = [p.name for p, text in sources.items()
-            if "def topological_order(succs" in text or "def kahn_order(" in text or "def _topological(nodes" in text]
+    kahn = [
+        p.name
+        for p, text in sources.items()
+        if "def topological_order(succs" in text or "def kahn_order(" in text or "def _topological(nodes" in text
+    ]
     assert kahn == ["order.py"]
 
 
 def test_cost_split_keeps_modules_small_and_names_importable():
     from msopt import cost
 
-    for name in ("CostModel", "TARGETS", "DEFAULT_TARGET", "Target", "gc_paused", "load_costs", "MIN_KERNEL_US",
-                 "NO_KERNEL_OPS", "Tasks"):
+    for name in (
+        "CostModel",
+        "TARGETS",
+        "DEFAULT_TARGET",
+        "Target",
+        "gc_paused",
+        "load_costs",
+        "MIN_KERNEL_US",
+        "NO_KERNEL_OPS",
+        "Tasks",
+    ):
         assert hasattr(cost, name), name
     for module in ("cost", "flat", "shapes", "kernels", "targets", "op_tables", "order", "gc_pause"):
         lines = (ROOT / "msopt" / f"{module}.py").read_text().count("\n")

@@ -9,6 +9,7 @@ constrained, the fused kernel runs on device 1 and the outputs are bitwise the u
 Patterns this CPU build does not fuse (GPU-only ones, or conditions of TensorFlow's own) are
 checked at the proto level only: the constraint groups them.
 """
+
 import json
 import subprocess
 import sys
@@ -48,20 +49,35 @@ def matrix(name="x"):
 
 
 def batch_norm(y, n, name="bn"):
-    return tf.raw_ops.FusedBatchNormV3(x=y, scale=const([n], name + "_s"), offset=const([n], name + "_o"),
-                                       mean=const([n], name + "_m"), variance=tf.abs(const([n], name + "_v")) + 1,
-                                       is_training=False, name=name)[0]
+    return tf.raw_ops.FusedBatchNormV3(
+        x=y,
+        scale=const([n], name + "_s"),
+        offset=const([n], name + "_o"),
+        mean=const([n], name + "_m"),
+        variance=tf.abs(const([n], name + "_v")) + 1,
+        is_training=False,
+        name=name,
+    )[0]
 
 
 def common_norm(x, axes, name="norm"):
     """tf.nn.moments + tf.nn.batch_normalization, written out (remapper's IsCommonNormPattern)."""
     mean = tf.reduce_mean(x, axes, keepdims=True, name=name + "_mean1")
-    var = tf.reduce_mean(tf.math.squared_difference(x, mean, name=name + "_sqd"), axes, keepdims=True, name=name + "_mean0")
-    mul1 = tf.multiply(tf.math.rsqrt(tf.add(var, 1e-3, name=name + "_add"), name=name + "_rsqrt"),
-                       const([x.shape[-1]], name + "_gamma"), name=name + "_mul1")
-    return tf.add(tf.multiply(x, mul1, name=name + "_mul0"),
-                  tf.subtract(const([x.shape[-1]], name + "_beta"), tf.multiply(mul1, mean, name=name + "_mul2"),
-                              name=name + "_sub"), name=name + "_out")
+    var = tf.reduce_mean(
+        tf.math.squared_difference(x, mean, name=name + "_sqd"), axes, keepdims=True, name=name + "_mean0"
+    )
+    mul1 = tf.multiply(
+        tf.math.rsqrt(tf.add(var, 1e-3, name=name + "_add"), name=name + "_rsqrt"),
+        const([x.shape[-1]], name + "_gamma"),
+        name=name + "_mul1",
+    )
+    return tf.add(
+        tf.multiply(x, mul1, name=name + "_mul0"),
+        tf.subtract(
+            const([x.shape[-1]], name + "_beta"), tf.multiply(mul1, mean, name=name + "_mul2"), name=name + "_sub"
+        ),
+        name=name + "_out",
+    )
 
 
 def gelu_exact():
@@ -77,13 +93,16 @@ def hard_swish():
 
 
 def batch_matmul():
-    m = tf.raw_ops.BatchMatMulV2(x=v1.placeholder(tf.float32, [2, 3, 4, 5], name="x"), y=const([2, 3, 5, 4], "bmm_w"),
-                                 name="bmm")
+    m = tf.raw_ops.BatchMatMulV2(
+        x=v1.placeholder(tf.float32, [2, 3, 4, 5], name="x"), y=const([2, 3, 5, 4], "bmm_w"), name="bmm"
+    )
     return tf.add(tf.multiply(m, const([], "scale"), name="mul"), const([2, 1, 4, 4], "addend"), name="add")
 
 
 def pad_conv3d():
-    p = tf.pad(v1.placeholder(tf.float32, [1, 4, 4, 4, 2], name="x"), [[0, 0], [1, 1], [1, 1], [1, 1], [0, 0]], name="pad")
+    p = tf.pad(
+        v1.placeholder(tf.float32, [1, 4, 4, 4, 2], name="x"), [[0, 0], [1, 1], [1, 1], [1, 1], [0, 0]], name="pad"
+    )
     return tf.nn.conv3d(p, const([3, 3, 3, 2, 3], "conv_w"), [1] * 5, "VALID", name="conv")
 
 
@@ -121,33 +140,66 @@ def associative_tree():
 # pattern name -> (graph builder, root node moved by the split plan, op TensorFlow runs the fused group as)
 # (MinimizeBroadcasts makes no new op: it regroups Mul(coeff, Mul(x, x^2)) into Mul(Mul(coeff, x^2), x))
 EXECUTED = {
-    "contraction+bias": (lambda: bias(tf.matmul(matrix(), const([8, 5], "mm_w"), name="mm"), 5), "bias",
-                         "_MklNativeFusedMatMul"),
-    "contraction+bias+activation": (lambda: tf.nn.relu(bias(conv(image()), 4), name="act"), "act", "_MklNativeFusedConv2D"),
+    "contraction+bias": (
+        lambda: bias(tf.matmul(matrix(), const([8, 5], "mm_w"), name="mm"), 5),
+        "bias",
+        "_MklNativeFusedMatMul",
+    ),
+    "contraction+bias+activation": (
+        lambda: tf.nn.relu(bias(conv(image()), 4), name="act"),
+        "act",
+        "_MklNativeFusedConv2D",
+    ),
     "conv+squeeze+bias": (squeeze_bias, "bias", "_MklNativeFusedConv2D"),
     "conv2d+batchnorm": (lambda: batch_norm(conv(image()), 4), "bn", "_MklNativeFusedConv2D"),
-    "conv2d+batchnorm+activation": (lambda: tf.nn.relu(batch_norm(conv(image()), 4), name="act"), "act",
-                                    "_MklNativeFusedConv2D"),
-    "batchnorm+sideinput+relu": (lambda: tf.nn.relu(batch_norm(image(), 3), name="act"), "act",
-                                 "_MklNativeFusedBatchNormEx"),
+    "conv2d+batchnorm+activation": (
+        lambda: tf.nn.relu(batch_norm(conv(image()), 4), name="act"),
+        "act",
+        "_MklNativeFusedConv2D",
+    ),
+    "batchnorm+sideinput+relu": (
+        lambda: tf.nn.relu(batch_norm(image(), 3), name="act"),
+        "act",
+        "_MklNativeFusedBatchNormEx",
+    ),
     "pad+conv3d": (pad_conv3d, "conv", "_MklNativeFusedConv3D"),
     "matmul+bias+gelu": (gelu_exact, "gelu", "_MklNativeFusedMatMul"),
     "conv+bias+hardswish": (hard_swish, "hswish", "_MklNativeFusedConv2D"),
     "mish": (mish, "mish", "_MklFusedMish"),
     "batchmatmul+mul+add": (batch_matmul, "add", "_MklFusedBatchMatMulV2"),
     "mul+maximum (leakyrelu)": (leaky_relu, "max", "LeakyRelu"),
-    "conv2d+bias/batchnorm+swish": (lambda: (lambda y: tf.multiply(tf.sigmoid(y, name="sigmoid"), y, name="swish"))(
-        bias(conv(image()), 4)), "swish", "_MklNativeFusedConv2D"),
-    "sigmoid+mul (swish)": (lambda: (lambda x: tf.multiply(tf.sigmoid(x, name="sigmoid"), x, name="swish"))(
-        tf.tanh(matrix(), name="f")), "swish", "_MklSwish"),
-    "layer norm": (lambda: common_norm(tf.tanh(v1.placeholder(tf.float32, [2, 5, 8], name="x"), name="f"), [2]),
-                   "norm_out", "_MklLayerNorm"),
+    "conv2d+bias/batchnorm+swish": (
+        lambda: (lambda y: tf.multiply(tf.sigmoid(y, name="sigmoid"), y, name="swish"))(bias(conv(image()), 4)),
+        "swish",
+        "_MklNativeFusedConv2D",
+    ),
+    "sigmoid+mul (swish)": (
+        lambda: (lambda x: tf.multiply(tf.sigmoid(x, name="sigmoid"), x, name="swish"))(tf.tanh(matrix(), name="f")),
+        "swish",
+        "_MklSwish",
+    ),
+    "layer norm": (
+        lambda: common_norm(tf.tanh(v1.placeholder(tf.float32, [2, 5, 8], name="x"), name="f"), [2]),
+        "norm_out",
+        "_MklLayerNorm",
+    ),
     "instance norm": (lambda: common_norm(tf.tanh(image(), name="f"), [1, 2]), "norm_out", "_MklFusedInstanceNorm"),
-    "instance norm+activation": (lambda: tf.nn.relu(common_norm(tf.tanh(image(), name="f"), [1, 2]), name="act"), "act",
-                                 "_MklFusedInstanceNorm"),
-    "pad+conv2d (layout pass)": (lambda: tf.nn.conv2d(tf.pad(image(), [[0, 0], [1, 1], [1, 1], [0, 0]], name="pad"),
-                                                      const([3, 3, 3, 4], "conv_w"), 1, "VALID", name="conv"),
-                                 "conv", "_MklNativePadWithConv2D"),
+    "instance norm+activation": (
+        lambda: tf.nn.relu(common_norm(tf.tanh(image(), name="f"), [1, 2]), name="act"),
+        "act",
+        "_MklFusedInstanceNorm",
+    ),
+    "pad+conv2d (layout pass)": (
+        lambda: tf.nn.conv2d(
+            tf.pad(image(), [[0, 0], [1, 1], [1, 1], [0, 0]], name="pad"),
+            const([3, 3, 3, 4], "conv_w"),
+            1,
+            "VALID",
+            name="conv",
+        ),
+        "conv",
+        "_MklNativePadWithConv2D",
+    ),
     "add tree": (add_tree, "add_res", "AddN"),
     "associative tree": (associative_tree, "mul", "Mul(coeff, x^2)"),
 }
@@ -159,7 +211,9 @@ def fused_nodes(pattern, members, executed, reference=None):
     if pattern == "associative tree":
         return [("pow", executed["pow"][1])] if "coeff" in executed.get("pow", ["", 0, []])[2] else []
     if pattern == "add tree":  # new nodes named for the rewrite
-        return [(name, device) for name, (op, device, _) in executed.items() if "AddOpsRewrite" in name and op == "AddN"]
+        return [
+            (name, device) for name, (op, device, _) in executed.items() if "AddOpsRewrite" in name and op == "AddN"
+        ]
     fused_op = EXECUTED[pattern][2]
     names = {name for name, (op, *_) in (reference or executed).items() if op == fused_op and name in members}
     if all(name in executed for name in members):
@@ -171,53 +225,95 @@ def grad_graph():
     """Conv2DBackpropFilter and BiasAddGrad reading one gradient (a training graph)."""
     x = image()
     y = bias(conv(x), 4)
-    return tf.gradients(tf.reduce_sum(y * y), [v1.get_default_graph().get_tensor_by_name("conv_w:0"),
-                                               v1.get_default_graph().get_tensor_by_name("bias_b:0")])[0]
+    return tf.gradients(
+        tf.reduce_sum(y * y),
+        [v1.get_default_graph().get_tensor_by_name("conv_w:0"), v1.get_default_graph().get_tensor_by_name("bias_b:0")],
+    )[0]
 
 
 def gru_cell(attention):
     """The GRU (AUGRU) cell remapper's GRUCellPatternMatcher matches, written with tf ops."""
     x, h = matrix(), matrix("h")
-    ru = tf.sigmoid(bias(tf.matmul(tf.concat([x, h], 1, name="concat"), const([16, 16], "ru_w"), name="ru_mm"), 16,
-                         "ru_bias"), name="ru_gates")
+    ru = tf.sigmoid(
+        bias(tf.matmul(tf.concat([x, h], 1, name="concat"), const([16, 16], "ru_w"), name="ru_mm"), 16, "ru_bias"),
+        name="ru_gates",
+    )
     r, u = tf.split(ru, 2, axis=1, name="ru_split")
-    c = tf.tanh(bias(tf.matmul(tf.concat([x, r * h], 1, name="concat1"), const([16, 8], "c_w"), name="c_mm"), 8,
-                     "c_bias"), name="c_gate")
+    c = tf.tanh(
+        bias(tf.matmul(tf.concat([x, r * h], 1, name="concat1"), const([16, 8], "c_w"), name="c_mm"), 8, "c_bias"),
+        name="c_gate",
+    )
     if attention:
         u = tf.multiply(tf.subtract(1.0, v1.placeholder(tf.float32, [4, 1], name="attention")), u, name="au_atten")
-    return tf.add(tf.multiply(u, h, name="ns_mul2"), tf.multiply(tf.subtract(1.0, u, name="ns_sub1"), c, name="ns_mul1"),
-                  name="output")
+    return tf.add(
+        tf.multiply(u, h, name="ns_mul2"),
+        tf.multiply(tf.subtract(1.0, u, name="ns_sub1"), c, name="ns_mul1"),
+        name="output",
+    )
 
 
 # Patterns this CPU build does not fuse on these graphs, or only on a GPU: grouped, not run.
 PROTO_ONLY = {
-    "relugrad+batchnormgrad": (lambda: tf.raw_ops.FusedBatchNormGradV3(
-        y_backprop=tf.raw_ops.ReluGrad(gradients=image(), features=const([2, 6, 6, 3], "features")),
-        x=const([2, 6, 6, 3], "bn_x"), scale=const([3], "s"), reserve_space_1=const([3], "r1"),
-        reserve_space_2=const([3], "r2"), reserve_space_3=const([3], "r3"), is_training=True, name="bn_grad")[0],
-        "bn_grad", "GPU only (cuDNN, half precision, training)"),
-    "asstring+hashbucket": (lambda: tf.strings.to_hash_bucket_fast(tf.strings.as_string(
-        v1.placeholder(tf.int64, [4], name="x"), name="as_string"), 10, name="bucket"), "bucket",
-        "string ops: host-only, they keep their device and get no stream"),
-    "comparison+cast": (lambda: tf.cast(tf.less(matrix(), const([4, 8], "y"), name="less"), tf.float32, name="cast"),
-                        "cast", "not fused by this build (its _*WithCast kernels are absent)"),
-    "contraction+bias+add+activation": (lambda: tf.nn.relu(tf.add(bias(conv(image()), 4), const([2, 6, 6, 4], "side"),
-                                                                  name="add"), name="act"), "act",
-                                        "not fused on these graphs by this build"),
-    "contraction+bias+add": (lambda: tf.add(bias(conv(image()), 4), const([2, 6, 6, 4], "side"), name="add"), "add",
-                             "not fused on these graphs by this build"),
-    "conv+leakyrelu/mish": (lambda: tf.nn.leaky_relu(conv(image()), 0.2, name="act"), "act",
-                            "matched on _FusedConv2D, a remapper product"),
+    "relugrad+batchnormgrad": (
+        lambda: tf.raw_ops.FusedBatchNormGradV3(
+            y_backprop=tf.raw_ops.ReluGrad(gradients=image(), features=const([2, 6, 6, 3], "features")),
+            x=const([2, 6, 6, 3], "bn_x"),
+            scale=const([3], "s"),
+            reserve_space_1=const([3], "r1"),
+            reserve_space_2=const([3], "r2"),
+            reserve_space_3=const([3], "r3"),
+            is_training=True,
+            name="bn_grad",
+        )[0],
+        "bn_grad",
+        "GPU only (cuDNN, half precision, training)",
+    ),
+    "asstring+hashbucket": (
+        lambda: tf.strings.to_hash_bucket_fast(
+            tf.strings.as_string(v1.placeholder(tf.int64, [4], name="x"), name="as_string"), 10, name="bucket"
+        ),
+        "bucket",
+        "string ops: host-only, they keep their device and get no stream",
+    ),
+    "comparison+cast": (
+        lambda: tf.cast(tf.less(matrix(), const([4, 8], "y"), name="less"), tf.float32, name="cast"),
+        "cast",
+        "not fused by this build (its _*WithCast kernels are absent)",
+    ),
+    "contraction+bias+add+activation": (
+        lambda: tf.nn.relu(tf.add(bias(conv(image()), 4), const([2, 6, 6, 4], "side"), name="add"), name="act"),
+        "act",
+        "not fused on these graphs by this build",
+    ),
+    "contraction+bias+add": (
+        lambda: tf.add(bias(conv(image()), 4), const([2, 6, 6, 4], "side"), name="add"),
+        "add",
+        "not fused on these graphs by this build",
+    ),
+    "conv+leakyrelu/mish": (
+        lambda: tf.nn.leaky_relu(conv(image()), 0.2, name="act"),
+        "act",
+        "matched on _FusedConv2D, a remapper product",
+    ),
     "gru cell": (lambda: gru_cell(False), "output", "GRUBlockCell: training-time cell of oneDNN builds"),
-    "transpose+conv+transpose (layout pass)": (lambda: tf.transpose(conv(tf.transpose(image((2, 3, 6, 6)), [0, 2, 3, 1],
-                                                                                     name="to_nhwc")),
-                                                                   [0, 3, 1, 2], name="to_nchw"),
-                                               "to_nchw", "not fused by this build's layout pass"),
+    "transpose+conv+transpose (layout pass)": (
+        lambda: tf.transpose(
+            conv(tf.transpose(image((2, 3, 6, 6)), [0, 2, 3, 1], name="to_nhwc")), [0, 3, 1, 2], name="to_nchw"
+        ),
+        "to_nchw",
+        "not fused by this build's layout pass",
+    ),
     "conv2d filter grad+bias grad (layout pass)": (grad_graph, None, "training graphs (backward ops)"),
-    "dilated conv": (lambda: tf.nn.atrous_conv2d(image(), const([3, 3, 3, 4], "conv_w"), 2, "SAME", name="atrous"),
-                     "atrous/BatchToSpaceND", "not fused by this build (SpaceToBatchND and BatchToSpaceND still run)"),
-    "conv2d+bias (layout pass)": (lambda: bias(conv(image()), 4), "bias",
-                                  "the remapper fuses Conv2D+BiasAdd first (contraction+bias)"),
+    "dilated conv": (
+        lambda: tf.nn.atrous_conv2d(image(), const([3, 3, 3, 4], "conv_w"), 2, "SAME", name="atrous"),
+        "atrous/BatchToSpaceND",
+        "not fused by this build (SpaceToBatchND and BatchToSpaceND still run)",
+    ),
+    "conv2d+bias (layout pass)": (
+        lambda: bias(conv(image()), 4),
+        "bias",
+        "the remapper fuses Conv2D+BiasAdd first (contraction+bias)",
+    ),
 }
 
 
@@ -240,7 +336,7 @@ def test_every_pattern_of_the_table_is_tested():
 
 
 # -- run on two logical CPU devices ---------------------------------------------------------------
-PROBE = r'''
+PROBE = r"""
 import json, os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import numpy as np, tensorflow as tf
@@ -263,7 +359,7 @@ for path in sys.argv[1:]:
                 for g in metadata.partition_graphs for n in g.node}
     result[path] = {"executed": executed, "output": np.asarray(out).tobytes().hex()}
 print(json.dumps(result))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -289,7 +385,7 @@ def runs(tmp_path_factory):
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     for name, case in cases.items():
-        for label, path in zip(("original", "split", "constrained"), paths[3 * list(cases).index(name):][:3]):
+        for label, path in zip(("original", "split", "constrained"), paths[3 * list(cases).index(name) :][:3]):
             case[label] = result[str(path)]
     return cases
 
@@ -353,15 +449,29 @@ def test_pattern_is_grouped_at_the_proto_level(pattern):
 
 def test_gru_and_augru_cells_are_grouped_whole():
     for attention in (False, True):
-        view = GraphView(build(lambda: gru_cell(attention)))
+        view = GraphView(build(lambda: gru_cell(attention)))  # noqa: B023 (called at once)
         group = max(groups_of(view, "gru cell"), key=len)
-        assert {"output", "ns_mul1", "ns_mul2", "ns_sub1", "c_gate", "c_bias", "c_mm", "concat1", "ru_split",
-                "ru_gates", "ru_bias", "ru_mm", "concat"} <= group
+        assert {
+            "output",
+            "ns_mul1",
+            "ns_mul2",
+            "ns_sub1",
+            "c_gate",
+            "c_bias",
+            "c_mm",
+            "concat1",
+            "ru_split",
+            "ru_gates",
+            "ru_bias",
+            "ru_mm",
+            "concat",
+        } <= group
         assert ("au_atten" in group) == attention
 
 
 def test_no_group_spans_unrelated_nodes():
     """A chain MatMul -> BiasAdd -> Relu that feeds two consumers is not fused past its fork."""
+
     def forked():
         y = tf.nn.relu(bias(tf.matmul(matrix(), const([8, 5], "mm_w"), name="mm"), 5), name="act")
         return tf.add(tf.tanh(y, name="t1"), tf.sigmoid(y, name="s1"), name="join")
@@ -378,16 +488,35 @@ def test_transformer_groups_include_the_trees_that_differed(transformer):
     GELU's coeff * pow(x, 3) regrouped by MinimizeBroadcasts."""
     view = GraphView(load(transformer).graph_def)
     groups = [(name, {key.split(":", 1)[1] for key in members}) for name, members in fusion_groups(view)]
-    assert any(name == "add tree" and {"model/tf.__operators__.add_3/AddV2", "model/transformer/layer_0/output/add"} <= m
-               for name, m in groups)
-    assert any(name == "associative tree" and {"model/transformer/layer_1/gelu/Gelu/mul_1",
-                                               "model/transformer/layer_1/gelu/Gelu/Pow"} <= m for name, m in groups)
+    assert any(
+        name == "add tree" and {"model/tf.__operators__.add_3/AddV2", "model/transformer/layer_0/output/add"} <= m
+        for name, m in groups
+    )
+    assert any(
+        name == "associative tree"
+        and {"model/transformer/layer_1/gelu/Gelu/mul_1", "model/transformer/layer_1/gelu/Gelu/Pow"} <= m
+        for name, m in groups
+    )
 
 
 @pytest.mark.parametrize("policy,streams", [("chains", 2), ("chains", 4), ("auto", 4)])
 def test_transformer_partition_verifies_bitwise(msopt, transformer, tmp_path, policy, streams):
-    done = msopt("partition", transformer, "--policy", policy, "--streams", streams, "--placement", "device",
-                 "--device-type", "cpu", "-o", tmp_path / "out", "--verify", "--json")
+    done = msopt(
+        "partition",
+        transformer,
+        "--policy",
+        policy,
+        "--streams",
+        streams,
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "-o",
+        tmp_path / "out",
+        "--verify",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["verify"]["ok"] and doc["verify"]["max_abs_diff"] == 0
@@ -398,20 +527,34 @@ def test_transformer_partition_verifies_bitwise(msopt, transformer, tmp_path, po
 
 
 def test_mobilenet_chains_still_verifies(msopt, mobilenet_v2, tmp_path):
-    done = msopt("partition", mobilenet_v2, "--policy", "chains", "--streams", 2, "--placement", "device",
-                 "--device-type", "cpu", "-o", tmp_path / "out", "--verify", "--json")
+    done = msopt(
+        "partition",
+        mobilenet_v2,
+        "--policy",
+        "chains",
+        "--streams",
+        2,
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "-o",
+        tmp_path / "out",
+        "--verify",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["verify"]["ok"]
 
 
 # -- --verify names what differs; --tolerance accepts a difference explicitly ----------------------
-VERIFY = r'''
+VERIFY = r"""
 import json, sys
 from msopt.load import load
 from msopt.runner.verify import verify
 tolerance = None if sys.argv[3] == "none" else float(sys.argv[3])
 print(json.dumps(verify(load(sys.argv[1]), load(sys.argv[2]), 2, tolerance=tolerance)))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -432,8 +575,12 @@ def split_add_tree(tmp_path_factory):
 
 
 def run_verify(original, rewritten, tolerance):
-    done = subprocess.run([sys.executable, "-c", VERIFY, str(original), str(rewritten), str(tolerance)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", VERIFY, str(original), str(rewritten), str(tolerance)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -453,10 +600,19 @@ def test_tolerance_accepts_the_difference_and_says_so(split_add_tree):
     assert report["differences"]  # never silent: what differs is still reported
     from msopt.commands.partition import format_text as _partition_text
 
-    doc = {"output": "out", "policy": "manual", "streams": 2, "elapsed_s": 0, "nodes_per_stream": [1, 1],
-           "cross_stream_edges": 1, "functions": {}, "constraint_merges": [], "const_copies": {},
-           "simulated": {"target": "h100", "makespan_ms": 1, "single_stream_ms": 1, "speedup": 1, "ratio_to_bound": 1},
-           "verify": report}
+    doc = {
+        "output": "out",
+        "policy": "manual",
+        "streams": 2,
+        "elapsed_s": 0,
+        "nodes_per_stream": [1, 1],
+        "cross_stream_edges": 1,
+        "functions": {},
+        "constraint_merges": [],
+        "const_copies": {},
+        "simulated": {"target": "h100", "makespan_ms": 1, "single_stream_ms": 1, "speedup": 1, "ratio_to_bound": 1},
+        "verify": report,
+    }
     text = _partition_text(doc)
     assert "NOT bitwise equal, accepted by --tolerance 1e-05" in text and "arithmetic optimizer" in text
     assert not run_verify(*split_add_tree, 1e-12)["ok"]  # a tolerance below the difference still fails

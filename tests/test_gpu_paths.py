@@ -3,6 +3,7 @@
 nvidia-smi and the CUDA driver are the stand-ins in tests/bin and tests/stand_ins; TensorFlow is
 the real (CPU) one. What only a GPU can show is listed in docs/gpu.md.
 """
+
 import json
 import os
 import shutil
@@ -11,16 +12,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import SAMPLES, run_msopt
 from google.protobuf import text_format
 
-from conftest import SAMPLES, run_msopt
-from msopt.runner import gpu_layout
 from msopt.errors import InputError
-from msopt.runner.gpu_inventory import driver_gpus, memory_mb, resolve_visible, uuids_for, visible_gpus
-from msopt.runner.gpu_layout import GpuLayout, stream_device
 from msopt.graph import GraphView
 from msopt.load import load
+from msopt.runner import gpu_layout
 from msopt.runner.devices import virtual_devices
+from msopt.runner.gpu_inventory import driver_gpus, memory_mb, resolve_visible, uuids_for, visible_gpus
+from msopt.runner.gpu_layout import GpuLayout, stream_device
 from msopt.runner.trace import costs_document, executed_devices, executed_names, has_kernel_rows, row_kind
 
 HERE = Path(__file__).resolve().parent
@@ -52,8 +53,12 @@ def test_stream_devices_follow_tensorflows_gpu_by_gpu_numbering(gpus, streams):
 
 def test_two_gpus_of_two_streams_each_are_the_documented_example():
     # GPU 0's devices are /device:GPU:0..1, GPU 1's /device:GPU:2..3; stream 1 goes to GPU 1.
-    assert [stream_device(k, 2, 2) for k in range(4)] == ["/device:GPU:0", "/device:GPU:2", "/device:GPU:1",
-                                                          "/device:GPU:3"]
+    assert [stream_device(k, 2, 2) for k in range(4)] == [
+        "/device:GPU:0",
+        "/device:GPU:2",
+        "/device:GPU:1",
+        "/device:GPU:3",
+    ]
     assert GpuLayout(4, 2).streams_on(1) == [1, 3] and GpuLayout(3, 2).streams_on(1) == [1, None]
     with pytest.raises(ValueError, match="needs 3 virtual devices per GPU"):
         gpu_layout.device_index(4, 2, 2)
@@ -84,8 +89,11 @@ def test_replicas_divide_the_default_memory_share_and_streams_split_it_per_gpu()
 def smi_env(monkeypatch, gpus=None, visible=None, order=None):
     monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("LD_LIBRARY_PATH", "")  # no CUDA driver library: the inventory falls back to nvidia-smi
-    for name, value in (("MSOPT_STANDIN_GPUS", json.dumps(gpus) if gpus else None),
-                        ("CUDA_VISIBLE_DEVICES", visible), ("CUDA_DEVICE_ORDER", order)):
+    for name, value in (
+        ("MSOPT_STANDIN_GPUS", json.dumps(gpus) if gpus else None),
+        ("CUDA_VISIBLE_DEVICES", visible),
+        ("CUDA_DEVICE_ORDER", order),
+    ):
         if value is None:
             monkeypatch.delenv(name, raising=False)
         else:
@@ -95,9 +103,16 @@ def smi_env(monkeypatch, gpus=None, visible=None, order=None):
 GPUS = [
     {"name": "Big", "uuid": "GPU-aaaa1111-0000-0000-0000-000000000000", "pci": "00000000:3B:00.0", "memory": 40960},
     {"name": "Small", "uuid": "GPU-bbbb2222-0000-0000-0000-000000000000", "pci": "00000000:5E:00.0", "memory": 16384},
-    {"name": "Big", "uuid": "GPU-cccc3333-0000-0000-0000-000000000000", "pci": "00000000:86:00.0", "memory": "[N/A]",
-     "migs": [{"profile": "1g.5gb", "uuid": "MIG-dddd4444-0000-0000-0000-000000000000"},
-              {"profile": "3g.20gb", "uuid": "MIG-eeee5555-0000-0000-0000-000000000000"}]},
+    {
+        "name": "Big",
+        "uuid": "GPU-cccc3333-0000-0000-0000-000000000000",
+        "pci": "00000000:86:00.0",
+        "memory": "[N/A]",
+        "migs": [
+            {"profile": "1g.5gb", "uuid": "MIG-dddd4444-0000-0000-0000-000000000000"},
+            {"profile": "3g.20gb", "uuid": "MIG-eeee5555-0000-0000-0000-000000000000"},
+        ],
+    },
 ]
 
 
@@ -106,8 +121,10 @@ def test_visible_devices_by_index_uuid_and_mig(monkeypatch):
     assert [g.memory_mb for g in visible_gpus()][:2] == [40960, 16384] and visible_gpus()[0].source == "nvidia-smi"
     for spec, want in [
         ("1", [("GPU-bbbb2222-0000-0000-0000-000000000000", 16384)]),
-        ("GPU-bbbb2222,GPU-aaaa", [("GPU-bbbb2222-0000-0000-0000-000000000000", 16384),
-                                   ("GPU-aaaa1111-0000-0000-0000-000000000000", 40960)]),  # UUID prefixes, in order
+        (
+            "GPU-bbbb2222,GPU-aaaa",
+            [("GPU-bbbb2222-0000-0000-0000-000000000000", 16384), ("GPU-aaaa1111-0000-0000-0000-000000000000", 40960)],
+        ),  # UUID prefixes, in order
         ("MIG-eeee5555-0000-0000-0000-000000000000", [("MIG-eeee5555-0000-0000-0000-000000000000", 20000)]),
         ("0,7,1", [("GPU-aaaa1111-0000-0000-0000-000000000000", 40960)]),  # CUDA stops at the first invalid entry
         ("GPU-ffff,0", []),
@@ -138,8 +155,12 @@ def test_memory_reported_as_not_available_is_an_input_error_naming_the_gpu(monke
     assert memory_mb(1) == [16384]
     with pytest.raises(InputError, match=r"memory of GPU 1 \(X\) is reported as \[N/A\]"):
         memory_mb(2)
-    assert resolve_visible("GPU-9", [dict(g, index=k, pci=g["pci"], memory_mb=None, migs=[])
-                                     for k, g in enumerate(gpus)])[0].memory_mb is None
+    assert (
+        resolve_visible("GPU-9", [dict(g, index=k, pci=g["pci"], memory_mb=None, migs=[]) for k, g in enumerate(gpus)])[
+            0
+        ].memory_mb
+        is None
+    )
 
 
 def test_msopt_stream_session_config_reads_the_visible_gpus_not_gpu_0(monkeypatch):
@@ -150,8 +171,10 @@ def test_msopt_stream_session_config_reads_the_visible_gpus_not_gpu_0(monkeypatc
     assert [list(v.memory_limit_mb) for v in one.gpu_options.experimental.virtual_devices] == [[7372.0, 7372.0]]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     two = msopt.stream.session_config(3)  # two GPUs: one VirtualDevices entry each, 2 devices per GPU
-    assert [list(v.memory_limit_mb) for v in two.gpu_options.experimental.virtual_devices] == \
-        [[18432.0, 18432.0], [7372.0, 7372.0]]
+    assert [list(v.memory_limit_mb) for v in two.gpu_options.experimental.virtual_devices] == [
+        [18432.0, 18432.0],
+        [7372.0, 7372.0],
+    ]
     assert two.gpu_options.visible_device_list == "0,1"
     fixed = msopt.stream.session_config(4, memory_limit_mb=1000, gpus=4)
     assert [len(v.memory_limit_mb) for v in fixed.gpu_options.experimental.virtual_devices] == [1, 1, 1, 1]
@@ -176,14 +199,16 @@ def test_msopt_stream_place_spreads_streams_over_gpus():
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build the CUDA driver stand-in")
 def test_the_driver_probe_reads_memory_and_uuids_through_ctypes(tmp_path, monkeypatch):
     lib = tmp_path / "libcuda.so.1"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(HERE / "stand_ins" / "libcuda_stand_in.c")],
-                   check=True)
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-o", str(lib), str(HERE / "stand_ins" / "libcuda_stand_in.c")], check=True
+    )
     monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     found = driver_gpus()
     assert [(g.memory_mb, g.uuid, g.source) for g in found] == [
         (24576, "GPU-11111111-1111-1111-1111-111111111111", "cuda-driver"),
-        (40960, "GPU-22222222-2222-2222-2222-222222222222", "cuda-driver")]
+        (40960, "GPU-22222222-2222-2222-2222-222222222222", "cuda-driver"),
+    ]
     assert memory_mb(2) == [24576, 40960]  # the driver answers before nvidia-smi is asked
     # With an MPS daemon serving the pipe directory, the probe must not attach to it as a client.
     pipe = tmp_path / "pipe"
@@ -257,7 +282,17 @@ def test_gpu_profile_sums_kernels_from_stream_all_and_keeps_launches_as_host_tim
     assert executed_devices(step, names)["MatMul_1"] == "/device:GPU:1"  # tracer rows never give the placement
     assert has_kernel_rows([step]) and not has_kernel_rows([RunMetadata()])  # no CUPTI: no kernel rows
     assert [row_kind(d.device) for d in step.step_stats.dev_stats] == [
-        "device", "device", "device", "skip", "skip", "kernels", "skip", "skip", "skip", "skip"]
+        "device",
+        "device",
+        "device",
+        "skip",
+        "skip",
+        "kernels",
+        "skip",
+        "skip",
+        "skip",
+        "skip",
+    ]
 
 
 # -- XLA clusters stay on one stream ----------------------------------------------------------------------
@@ -273,7 +308,7 @@ def test_a_jit_scope_cluster_shares_one_stream():
         with jit.experimental_jit_scope():
             a = tf.nn.relu(x, name="a")
             b = tf.math.square(a, name="b")
-        c = tf.identity(b, name="c")
+        tf.identity(b, name="c")
     view = GraphView(protos.GraphDef.FromString(graph.as_graph_def().SerializeToString()))
     assert view.nodes["a"].proto.attr["_XlaCompile"].b
     plan, merges = constraints.apply(view, {"a": 0, "b": 1, "c": 1}, 2)
@@ -287,8 +322,16 @@ def test_an_auto_clustered_compile_and_its_run_share_one_stream():
     from msopt import constraints
 
     # The shape XLA's build_xla_ops_pass gives a cluster: _XlaCompile -> _XlaRun (key) -> _XlaMerge.
-    graph = view([("x", "Placeholder", []), ("compile", "_XlaCompile", ["x"]), ("run", "_XlaRun", ["x", "compile"]),
-                  ("merge", "_XlaMerge", ["run", "x"]), ("y", "Relu", ["merge"]), ("z", "Relu", ["x"])])
+    graph = view(
+        [
+            ("x", "Placeholder", []),
+            ("compile", "_XlaCompile", ["x"]),
+            ("run", "_XlaRun", ["x", "compile"]),
+            ("merge", "_XlaMerge", ["run", "x"]),
+            ("y", "Relu", ["merge"]),
+            ("z", "Relu", ["x"]),
+        ]
+    )
     plan, merges = constraints.apply(graph, {"compile": 0, "run": 1, "merge": 1, "y": 1, "z": 0}, 2)
     assert plan["compile"] == plan["run"] == plan["merge"] and plan["z"] == 0
     assert [m["constraint"] for m in merges] == ["xla"]
@@ -322,8 +365,8 @@ def test_a_jit_compile_function_call_keeps_its_body_on_the_callers_stream():
 def test_a_tensorflow_error_creating_a_session_is_an_input_error_with_its_cause():
     import tensorflow as tf
 
-    from msopt.runner.executable import Executable
     from msopt.runner.devices import tensorflow_errors
+    from msopt.runner.executable import Executable
 
     config = tf.compat.v1.ConfigProto(device_count={"CPU": 0})
     with pytest.raises(InputError, match="TensorFlow cannot create a Session: No CPU devices are available"):
@@ -343,26 +386,40 @@ def test_cpu_sessions_for_verify_count_no_gpu():
 
 
 def test_cpu_device_hides_the_gpus_before_the_context_starts():
-    code = ("import os, tensorflow as tf\n"
-            "from msopt.runner.devices import configure_devices\n"
-            "kind, config = configure_devices(tf, 2, 'cpu')\n"
-            "print(kind, config.device_count['GPU'], len(tf.config.get_visible_devices('GPU')),\n"
-            "      len(tf.config.list_logical_devices('CPU')))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    code = (
+        "import os, tensorflow as tf\n"
+        "from msopt.runner.devices import configure_devices\n"
+        "kind, config = configure_devices(tf, 2, 'cpu')\n"
+        "print(kind, config.device_count['GPU'], len(tf.config.get_visible_devices('GPU')),\n"
+        "      len(tf.config.list_logical_devices('CPU')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["cpu", "0", "0", "2"]
 
 
 def test_bitwise_compare_on_a_gpu_turns_tf32_off_and_determinism_on():
-    code = ("import tensorflow as tf\n"
-            "from tensorflow.python.framework import config\n"
-            "from msopt.runner.devices import bitwise_gpu_numerics\n"
-            "doc = bitwise_gpu_numerics(tf)\n"
-            "print(tf.config.experimental.tensor_float_32_execution_enabled(),\n"
-            "      config.is_op_determinism_enabled(), doc['tensor_float_32'])\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    code = (
+        "import tensorflow as tf\n"
+        "from tensorflow.python.framework import config\n"
+        "from msopt.runner.devices import bitwise_gpu_numerics\n"
+        "doc = bitwise_gpu_numerics(tf)\n"
+        "print(tf.config.experimental.tensor_float_32_execution_enabled(),\n"
+        "      config.is_op_determinism_enabled(), doc['tensor_float_32'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True", "False"]
 
@@ -376,10 +433,25 @@ def test_out_of_range_priority_is_exit_2_naming_the_value():
 def test_replica_workers_get_allow_growth_their_share_and_no_autotune_before_tensorflow(tmp_path):
     probe = tmp_path / "probe"
     probe.mkdir()
-    env = {"PYTHONPATH": f"{BIN / 'replica_probe'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "MSOPT_PROBE_DIR": str(probe)}
-    done = run_msopt("run", SAMPLES / "linreg_tf1", "--device", "cpu", "--replicas", 2, "--allow-growth",
-                     "--iterations", 5, "--warmup", 1, "--json", env=env)
+    env = {
+        "PYTHONPATH": f"{BIN / 'replica_probe'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "MSOPT_PROBE_DIR": str(probe),
+    }
+    done = run_msopt(
+        "run",
+        SAMPLES / "linreg_tf1",
+        "--device",
+        "cpu",
+        "--replicas",
+        2,
+        "--allow-growth",
+        "--iterations",
+        5,
+        "--warmup",
+        1,
+        "--json",
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     seen = [json.loads(p.read_text()) for p in sorted(probe.glob("replica-*.json"))]
     assert len(seen) == 2

@@ -1,4 +1,5 @@
 """No import cycle in msopt/: every import statement, at any depth (inside functions too), parsed with ast."""
+
 import ast
 from pathlib import Path
 
@@ -70,7 +71,11 @@ def test_no_import_cycle_in_msopt():
 
 def test_rules_import_neither_constraints_simulate_nor_cost():
     graph = import_graph()
-    rules = [name for name in graph if name.startswith("msopt.rules.") and name not in ("msopt.rules.auto", "msopt.rules.walk")]
+    rules = [
+        name
+        for name in graph
+        if name.startswith("msopt.rules.") and name not in ("msopt.rules.auto", "msopt.rules.walk")
+    ]
     assert rules
     for name in rules:
         assert not graph[name] & {"msopt.constraints", "msopt.simulate", "msopt.cost"}, name
@@ -78,7 +83,16 @@ def test_rules_import_neither_constraints_simulate_nor_cost():
 
 def test_the_auto_search_does_not_call_back_into_the_policy_registry():
     tree = ast.parse((ROOT / PACKAGE / "rules" / "auto.py").read_text())
-    imported = {(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+    imported = {
+        (node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names
+    }
     imported |= {(alias.name, None) for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    assert not {("msopt.rules", "run_rule"), ("msopt.rules", "POLICIES"), ("importlib", "import_module"),
-                ("importlib", None)} & imported
+    assert (
+        not {
+            ("msopt.rules", "run_rule"),
+            ("msopt.rules", "POLICIES"),
+            ("importlib", "import_module"),
+            ("importlib", None),
+        }
+        & imported
+    )

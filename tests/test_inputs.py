@@ -1,14 +1,15 @@
 """Generated inputs real graphs accept (ids, predicates, strings) and TensorFlow errors kept to one line with their cause."""
+
 import numpy as np
 import pytest
-
 from conftest import run_msopt
+
 from msopt import protos
 from msopt.errors import InputError
-from msopt.runner.tensorflow_runtime import error_line
 from msopt.graph import GraphView
 from msopt.inputs import InputGenerator
 from msopt.protos import DTYPE_NAMES
+from msopt.runner.tensorflow_runtime import error_line
 
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
@@ -17,8 +18,14 @@ v1 = tf.compat.v1
 def generator_for(graph, placeholders):
     """The generator msopt builds from ``graph``'s protos for these placeholders (key -> tensor)."""
     view = GraphView(protos.GraphDef.FromString(graph.as_graph_def().SerializeToString()))
-    specs = {key: {"name": t.name, "dtype": DTYPE_NAMES[t.dtype.as_datatype_enum],
-                   "shape": None if t.shape.rank is None else t.shape.as_list()} for key, t in placeholders.items()}
+    specs = {
+        key: {
+            "name": t.name,
+            "dtype": DTYPE_NAMES[t.dtype.as_datatype_enum],
+            "shape": None if t.shape.rank is None else t.shape.as_list(),
+        }
+        for key, t in placeholders.items()
+    }
     return InputGenerator(specs, view)
 
 
@@ -81,12 +88,16 @@ def test_ids_of_feature_columns_stay_in_their_buckets():
     fc = v1.feature_column
     graph = tf.Graph()
     with graph.as_default():
-        features = {"user": v1.placeholder(tf.int64, [None, 1], name="user"),
-                    "country": v1.placeholder(tf.string, [None, 1], name="country"),
-                    "query": v1.placeholder(tf.string, [None, 1], name="query")}
-        columns = [fc.embedding_column(fc.categorical_column_with_identity("user", 5), 3),
-                   fc.embedding_column(fc.categorical_column_with_vocabulary_list("country", ["us", "fr"]), 3),
-                   fc.embedding_column(fc.categorical_column_with_hash_bucket("query", 20), 3)]
+        features = {
+            "user": v1.placeholder(tf.int64, [None, 1], name="user"),
+            "country": v1.placeholder(tf.string, [None, 1], name="country"),
+            "query": v1.placeholder(tf.string, [None, 1], name="query"),
+        }
+        columns = [
+            fc.embedding_column(fc.categorical_column_with_identity("user", 5), 3),
+            fc.embedding_column(fc.categorical_column_with_vocabulary_list("country", ["us", "fr"]), 3),
+            fc.embedding_column(fc.categorical_column_with_hash_bucket("query", 20), 3),
+        ]
         out = fc.input_layer(features, columns)
     generate = generator_for(graph, features)
     assert generate.needs["user"].bound == 5
@@ -102,7 +113,9 @@ def test_ids_of_keras_preprocessing_layers_stay_in_range(tmp_path):
     word = keras.Input([1], dtype="string", name="word")
     encoded = keras.layers.CategoryEncoding(num_tokens=4, output_mode="one_hot")(category)  # asserts max(ids) < 4
     embedded = keras.layers.Flatten()(keras.layers.Embedding(6, 2)(keras.layers.Hashing(num_bins=6)(word)))
-    tf.saved_model.save(keras.Model([category, word], keras.layers.Concatenate()([encoded, embedded])), str(tmp_path / "m"))
+    tf.saved_model.save(
+        keras.Model([category, word], keras.layers.Concatenate()([encoded, embedded])), str(tmp_path / "m")
+    )
     from msopt.contents import signatures
     from msopt.load import load
 
@@ -159,8 +172,9 @@ def test_strings_take_the_form_their_parsers_expect():
         d = tf.strings.to_number(tf.strings.split(tags, "|").values)
         e = tf.strings.to_hash_bucket_fast(words, 10)
         fetches = [a, b, c, d, e]
-    generate = run_generated(graph, {"price": price, "code": code, "record": record, "tags": tags, "words": words},
-                             fetches)
+    generate = run_generated(
+        graph, {"price": price, "code": code, "record": record, "tags": tags, "words": words}, fetches
+    )
     assert generate.needs["code"].bound == 4 and generate.needs["record"].text[0] == "csv"
 
 
@@ -169,18 +183,32 @@ def test_serialized_examples_hold_the_features_their_parse_op_reads():
     with graph.as_default():
         batch = v1.placeholder(tf.string, [None], name="examples")
         single = v1.placeholder(tf.string, [], name="example")
-        spec = {"dense": tf.io.FixedLenFeature([3], tf.float32), "item": tf.io.FixedLenFeature([1], tf.int64),
-                "words": tf.io.VarLenFeature(tf.string), "price": tf.io.FixedLenFeature([], tf.string),
-                "tags": tf.io.RaggedFeature(tf.int64)}
+        spec = {
+            "dense": tf.io.FixedLenFeature([3], tf.float32),
+            "item": tf.io.FixedLenFeature([1], tf.int64),
+            "words": tf.io.VarLenFeature(tf.string),
+            "price": tf.io.FixedLenFeature([], tf.string),
+            "tags": tf.io.RaggedFeature(tf.int64),
+        }
         parsed = tf.io.parse_example(batch, spec)
-        fetches = [parsed["dense"], tf.gather(tf.ones([4, 2]), parsed["item"]),  # ids of a 4-row table
-                   tf.strings.to_hash_bucket_fast(parsed["words"].values, 5), tf.strings.to_number(parsed["price"]),
-                   tf.gather(tf.ones([6]), parsed["tags"].flat_values)]
+        fetches = [
+            parsed["dense"],
+            tf.gather(tf.ones([4, 2]), parsed["item"]),  # ids of a 4-row table
+            tf.strings.to_hash_bucket_fast(parsed["words"].values, 5),
+            tf.strings.to_number(parsed["price"]),
+            tf.gather(tf.ones([6]), parsed["tags"].flat_values),
+        ]
         one = tf.io.parse_single_example(single, {"n": tf.io.FixedLenFeature([2], tf.int64)})
         fetches.append(tf.one_hot(one["n"], 3))
     generate = run_generated(graph, {"examples": batch, "example": single}, fetches)
     features = {name: (count, need.bound) for name, _, count, need in generate.needs["examples"].text[1]}
-    assert features == {"dense": (3, None), "item": (1, 4), "price": (1, None), "words": (None, None), "tags": (None, 6)}
+    assert features == {
+        "dense": (3, None),
+        "item": (1, 4),
+        "price": (1, None),
+        "words": (None, None),
+        "tags": (None, 6),
+    }
 
 
 def test_serialized_examples_parsed_in_a_function_body(tmp_path):
@@ -190,10 +218,17 @@ def test_serialized_examples_parsed_in_a_function_body(tmp_path):
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
         def __call__(self, examples):
-            parsed = tf.io.parse_example(examples, {"words": tf.io.VarLenFeature(tf.string),
-                                                    "dense": tf.io.FixedLenFeature([3], tf.float32),
-                                                    "item": tf.io.FixedLenFeature([1], tf.int64)})
-            return {"out": tf.reduce_sum(tf.gather(self.table, parsed["item"]), [1, 2]) + tf.reduce_sum(parsed["dense"], 1)}
+            parsed = tf.io.parse_example(
+                examples,
+                {
+                    "words": tf.io.VarLenFeature(tf.string),
+                    "dense": tf.io.FixedLenFeature([3], tf.float32),
+                    "item": tf.io.FixedLenFeature([1], tf.int64),
+                },
+            )
+            return {
+                "out": tf.reduce_sum(tf.gather(self.table, parsed["item"]), [1, 2]) + tf.reduce_sum(parsed["dense"], 1)
+            }
 
     model = Model()
     tf.saved_model.save(model, str(tmp_path / "m"), signatures=model.__call__)
@@ -259,9 +294,15 @@ def shifted_ids_model(tmp_path_factory):
         session.run(v1.global_variables_initializer())
         builder = v1.saved_model.Builder(str(path))
         info = v1.saved_model.utils.build_tensor_info
-        builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={
-            "serving_default": v1.saved_model.signature_def_utils.build_signature_def(
-                {"ids": info(ids)}, {"out": info(out)}, "tensorflow/serving/predict")})
+        builder.add_meta_graph_and_variables(
+            session,
+            ["serve"],
+            signature_def_map={
+                "serving_default": v1.saved_model.signature_def_utils.build_signature_def(
+                    {"ids": info(ids)}, {"out": info(out)}, "tensorflow/serving/predict"
+                )
+            },
+        )
         builder.save()
     return path
 
@@ -281,8 +322,19 @@ def test_run_failure_names_node_and_reason(shifted_ids_model):
 
 
 def test_partition_verify_takes_inputs_from_npz(shifted_ids_model, tmp_path):
-    args = ["partition", shifted_ids_model, "-n", "2", "--policy", "chains", "--placement", "device",
-            "--device-type", "cpu", "--verify"]
+    args = [
+        "partition",
+        shifted_ids_model,
+        "-n",
+        "2",
+        "--policy",
+        "chains",
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "--verify",
+    ]
     line = one_error_line(run_msopt(*args, "-o", tmp_path / "a", env=LOUD))
     assert "fails on generated inputs" in line and "--inputs FILE.npz" in line and "node 'lookup'" in line
     np.savez(tmp_path / "ids.npz", ids=np.array([-5, -4, -5], np.int32))
@@ -293,5 +345,7 @@ def test_partition_verify_takes_inputs_from_npz(shifted_ids_model, tmp_path):
 
 def test_partition_inputs_without_verify_is_a_usage_error(shifted_ids_model, tmp_path):
     np.savez(tmp_path / "ids.npz", ids=np.zeros(3, np.int32))
-    line = one_error_line(run_msopt("partition", shifted_ids_model, "--inputs", tmp_path / "ids.npz", "-o", tmp_path / "o"))
+    line = one_error_line(
+        run_msopt("partition", shifted_ids_model, "--inputs", tmp_path / "ids.npz", "-o", tmp_path / "o")
+    )
     assert "add --verify" in line and not (tmp_path / "o").exists()

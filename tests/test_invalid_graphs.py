@@ -1,9 +1,10 @@
 """Malformed graphs end with one `msopt: error:` line naming the node, exit 2, and nothing written."""
-import pytest
 
 import bad_inputs
+import pytest
 from bad_inputs import cli
 from conftest import SAMPLES
+
 from msopt.validate import MAX_CALL_DEPTH
 
 COMMANDS = (["inspect"], ["partition", "--streams", "2"], ["simulate", "--streams", "2"])
@@ -39,12 +40,16 @@ def test_recorded_shape_contradicting_a_const(tmp_path):
 
 def test_matmul_of_a_vector_names_the_node(tmp_path):
     """A placeholder of rank 1 feeding a MatMul: the cost model names the MatMul (inspect needs no shapes)."""
-    path = bad_inputs.edited_linreg(tmp_path, "vector.pbtxt", "size: -1\n        }\n        dim {\n          size: 1\n", "size: 3\n")
+    path = bad_inputs.edited_linreg(
+        tmp_path, "vector.pbtxt", "size: -1\n        }\n        dim {\n          size: 1\n", "size: 3\n"
+    )
     refused(tmp_path, path, "MatMul", "[3]", commands=COMMANDS[1:])
 
 
 def test_calls_nested_too_deep(tmp_path):
-    refused(tmp_path, bad_inputs.nested_calls(tmp_path, 1200), "deep_call_root", "1200 nested", "deep_fn_0 -> deep_fn_1")
+    refused(
+        tmp_path, bad_inputs.nested_calls(tmp_path, 1200), "deep_call_root", "1200 nested", "deep_fn_0 -> deep_fn_1"
+    )
 
 
 def test_calls_nested_as_deep_as_allowed_work(tmp_path):
@@ -55,13 +60,16 @@ def test_calls_nested_as_deep_as_allowed_work(tmp_path):
         assert code == 0, (command, stderr)
 
 
-@pytest.mark.parametrize("build, words", [
-    (bad_inputs.cyclic, ["cycle", "node 'Add'"]),
-    (bad_inputs.dangling, ["node 'z'", "'ghost'", "not in the graph"]),
-    (bad_inputs.duplicate_name, ["'MatMul'", "appears twice"]),
-    (bad_inputs.missing_function, ["node 'call'", "no_such_function"]),
-    (bad_inputs.invalid_dtype, ["node 'MatMul'", "DT_INVALID"]),
-])
+@pytest.mark.parametrize(
+    "build, words",
+    [
+        (bad_inputs.cyclic, ["cycle", "node 'Add'"]),
+        (bad_inputs.dangling, ["node 'z'", "'ghost'", "not in the graph"]),
+        (bad_inputs.duplicate_name, ["'MatMul'", "appears twice"]),
+        (bad_inputs.missing_function, ["node 'call'", "no_such_function"]),
+        (bad_inputs.invalid_dtype, ["node 'MatMul'", "DT_INVALID"]),
+    ],
+)
 def test_invalid_graph(tmp_path, build, words):
     refused(tmp_path, build(tmp_path), *words)
 
@@ -75,7 +83,9 @@ def test_captured_object_out_of_range(tmp_path):
     assert (model / "saved_model.pb").read_bytes() == before and not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("value, shown", [("f: 1.0", "1.0"), ('s: "1"', "b'1'"), ("list { i: 1 }", "list"), ("i: -3", "-3")])
+@pytest.mark.parametrize(
+    "value, shown", [("f: 1.0", "1.0"), ('s: "1"', "b'1'"), ("list { i: 1 }", "list"), ("i: -3", "-3")]
+)
 def test_stream_id_that_is_not_a_stream(tmp_path, value, shown):
     refused(tmp_path, bad_inputs.float_stream_id(tmp_path, value), "_stream_id", shown)
 

@@ -1,10 +1,11 @@
 """Loading every format into one graph view, without TensorFlow."""
+
 import subprocess
 import sys
 
 import pytest
-
 from conftest import SAMPLES
+
 from msopt import protos
 from msopt.graph import GraphView, node_key
 from msopt.load import load
@@ -15,13 +16,16 @@ def view_of(name):
     return model, GraphView(model.graph_def)
 
 
-@pytest.mark.parametrize("name, fmt, text", [
-    ("linreg_tf1", "saved_model", False),
-    ("linreg_tf2", "saved_model", False),
-    ("linreg_frozen.pb", "graph_def", False),
-    ("linreg_frozen.pbtxt", "graph_def", True),
-    ("towers_tf1.meta", "meta_graph", False),
-])
+@pytest.mark.parametrize(
+    "name, fmt, text",
+    [
+        ("linreg_tf1", "saved_model", False),
+        ("linreg_tf2", "saved_model", False),
+        ("linreg_frozen.pb", "graph_def", False),
+        ("linreg_frozen.pbtxt", "graph_def", True),
+        ("towers_tf1.meta", "meta_graph", False),
+    ],
+)
 def test_every_format_loads(name, fmt, text):
     model, view = view_of(name)
     assert (model.format, model.text) == (fmt, text)
@@ -55,7 +59,7 @@ def test_function_bodies_edges_args_and_calls():
     assert model.is_tf2
     callers = [n for n in view.real_nodes() if n.calls]
     assert callers, "TF2 main graph calls functions"
-    for name, info in view.functions.items():
+    for _name, info in view.functions.items():
         for arg in info.args:
             assert view.nodes[arg].virtual and view.nodes[arg].op == "_Arg"
         for src, _ in info.returns.values():
@@ -81,9 +85,11 @@ def test_unregistered_op_loads_without_tensorflow():
 
 
 def test_loading_does_not_import_tensorflow():
-    code = ("import sys; from msopt.load import load; from msopt.graph import GraphView; "
-            f"m = load({str(SAMPLES / 'deepfm_tf2')!r}); GraphView(m.graph_def); "
-            "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
+    code = (
+        "import sys; from msopt.load import load; from msopt.graph import GraphView; "
+        f"m = load({str(SAMPLES / 'deepfm_tf2')!r}); GraphView(m.graph_def); "
+        "assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -1,16 +1,17 @@
 """Policy manual: the rules file (selectors, order, defaults, existing ids, errors) and partition --rules end to end."""
+
 import json
 
 import pytest
-
 from conftest import SAMPLES
+from test_constraints import mismatches, run_probe
+
 from msopt.errors import InputError
 from msopt.graph import GraphView
 from msopt.load import load
 from msopt.plan import ManualOptions, PlanOptions, make_plan
 from msopt.rules import RuleOptions
 from msopt.rules.manual import manual, read_rules
-from test_constraints import mismatches, run_probe
 
 DEEPFM_TF2_RULES = """\
 rules:
@@ -40,10 +41,13 @@ def plan(name, path, streams=4, **options):
 
 # -- selectors and order ---------------------------------------------------------------------------
 def test_each_selector_and_first_match_wins(tmp_path):
-    path = rules_file(tmp_path, "rules:\n"
-                      "  - match: 'input_layer/C1[0-9]_embedding/.*'\n    stream: 1\n"
-                      "  - scope: input_layer/C2\n    stream: 2\n"
-                      "  - op: [ResourceGather, FloorMod]\n    stream: 3\n")
+    path = rules_file(
+        tmp_path,
+        "rules:\n"
+        "  - match: 'input_layer/C1[0-9]_embedding/.*'\n    stream: 1\n"
+        "  - scope: input_layer/C2\n    stream: 2\n"
+        "  - op: [ResourceGather, FloorMod]\n    stream: 3\n",
+    )
     view, partition, opts = plan("deepfm_tf1", path)
     assert partition["input_layer/C12_embedding/embedding_lookup"] == 1  # rule 1 before the op rule
     assert partition["input_layer/C23_embedding/FloorMod"] == 2  # C2x: scope rule before the op rule
@@ -84,29 +88,35 @@ def test_existing_stream_ids_are_kept_unless_overridden(tmp_path):
     assert overridden["weight_y"] == 0 and overridden["MatMul_1"] == 0
     in_file = rules_file(tmp_path, "override: true\nrules:\n  - match: MatMul_1\n    stream: 0\n", "all.yaml")
     assert plan("linreg_tf1", in_file, streams=2)[1]["MatMul_1"] == 0
-    one_rule = rules_file(tmp_path, "rules:\n  - match: MatMul_1\n    stream: 0\n    override: true\n"
-                          "  - match: weight_y\n    stream: 0\n", "one.yaml")
+    one_rule = rules_file(
+        tmp_path,
+        "rules:\n  - match: MatMul_1\n    stream: 0\n    override: true\n  - match: weight_y\n    stream: 0\n",
+        "one.yaml",
+    )
     _, partition, _ = plan("linreg_tf1", one_rule, streams=2)
     assert partition["MatMul_1"] == 0 and partition["weight_y"] == 1
 
 
 # -- errors: file, line, what is wrong ---------------------------------------------------------------
-@pytest.mark.parametrize("text, line, words", [
-    ("rules:\n  - match: 'a(b'\n    stream: 1\n", 2, "invalid regex in 'match'"),
-    ("rules:\n  - function: '*x'\n    stream: 1\n", 2, "invalid regex in 'function'"),
-    ("rules:\n  - scope: a/\n    stream: 1\n    color: red\n", 4, "unknown key 'color'"),
-    ("streams: 2\nrules: []\n", 1, "unknown key 'streams'"),
-    ("rules:\n  - op: MatMul\n    stream: -1\n", 3, "integer stream id >= 0, got '-1'"),
-    ("rules:\n  - op: MatMul\n    stream: one\n", 3, "integer stream id >= 0, got 'one'"),
-    ("default: 1.5\nrules: []\n", 1, "'default' must be an integer"),
-    ("rules:\n  - op: MatMul\n", 2, "rule 1 has no 'stream'"),
-    ("rules:\n  - stream: 1\n", 2, "rule 1 selects nothing"),
-    ("rules:\n  - op: MatMul\n    stream: 1\n    op: Add\n", 4, "key 'op' appears twice"),
-    ("rules:\n  - op: [MatMul\n    stream: 1\n", 3, "not valid YAML"),
-    ("rules: {op: MatMul}\n", 1, "'rules' must be a list"),
-    ("override: maybe\nrules: []\n", 1, "'override' must be true or false"),
-    ("default: 0\n", 1, "missing key 'rules'"),
-])
+@pytest.mark.parametrize(
+    "text, line, words",
+    [
+        ("rules:\n  - match: 'a(b'\n    stream: 1\n", 2, "invalid regex in 'match'"),
+        ("rules:\n  - function: '*x'\n    stream: 1\n", 2, "invalid regex in 'function'"),
+        ("rules:\n  - scope: a/\n    stream: 1\n    color: red\n", 4, "unknown key 'color'"),
+        ("streams: 2\nrules: []\n", 1, "unknown key 'streams'"),
+        ("rules:\n  - op: MatMul\n    stream: -1\n", 3, "integer stream id >= 0, got '-1'"),
+        ("rules:\n  - op: MatMul\n    stream: one\n", 3, "integer stream id >= 0, got 'one'"),
+        ("default: 1.5\nrules: []\n", 1, "'default' must be an integer"),
+        ("rules:\n  - op: MatMul\n", 2, "rule 1 has no 'stream'"),
+        ("rules:\n  - stream: 1\n", 2, "rule 1 selects nothing"),
+        ("rules:\n  - op: MatMul\n    stream: 1\n    op: Add\n", 4, "key 'op' appears twice"),
+        ("rules:\n  - op: [MatMul\n    stream: 1\n", 3, "not valid YAML"),
+        ("rules: {op: MatMul}\n", 1, "'rules' must be a list"),
+        ("override: maybe\nrules: []\n", 1, "'override' must be true or false"),
+        ("default: 0\n", 1, "missing key 'rules'"),
+    ],
+)
 def test_malformed_rules_name_file_line_and_problem(tmp_path, text, line, words):
     path = rules_file(tmp_path, text)
     with pytest.raises(InputError) as caught:
@@ -128,7 +138,9 @@ def test_cli_bad_rules_exit_2_with_one_line(msopt, tmp_path):
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().count("\n") == 0
     assert done.stderr.startswith(f"msopt: error: {path}:2: invalid regex in 'match'")
-    done = msopt("partition", SAMPLES / "towers_tf1", "-n", "2", "--policy", "none", "--rules", path, "-o", tmp_path / "o2")
+    done = msopt(
+        "partition", SAMPLES / "towers_tf1", "-n", "2", "--policy", "none", "--rules", path, "-o", tmp_path / "o2"
+    )
     assert done.returncode == 2 and "--rules is read by --policy manual" in done.stderr
     done = msopt("partition", SAMPLES / "towers_tf1", "-n", "2", "--policy", "manual", "-o", tmp_path / "o3")
     assert done.returncode == 2 and "needs a rules file" in done.stderr
@@ -139,8 +151,22 @@ def test_cli_bad_rules_exit_2_with_one_line(msopt, tmp_path):
 def test_tf1_model_partitioned_verified_and_honoured(msopt, tmp_path):
     path = rules_file(tmp_path, "rules:\n  - scope: tower_1/\n    stream: 1\n  - scope: tower_0/\n    stream: 0\n")
     out = tmp_path / "towers_ms2"
-    done = msopt("partition", SAMPLES / "towers_tf1", "-n", "2", "--rules", path, "--placement", "device",
-                 "--device-type", "cpu", "-o", out, "--verify", "--json")
+    done = msopt(
+        "partition",
+        SAMPLES / "towers_tf1",
+        "-n",
+        "2",
+        "--rules",
+        path,
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "-o",
+        out,
+        "--verify",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["policy"] == "manual" and doc["verify"]["ok"] and doc["unmatched_rules"] == []
@@ -156,8 +182,22 @@ def test_tf1_model_partitioned_verified_and_honoured(msopt, tmp_path):
 def test_tf2_keras_model_partitioned_verified_and_honoured(msopt, tmp_path):
     path = rules_file(tmp_path, DEEPFM_TF2_RULES)
     out = tmp_path / "deepfm_ms4"
-    done = msopt("partition", SAMPLES / "deepfm_tf2", "-n", "4", "--rules", path, "--placement", "device",
-                 "--device-type", "cpu", "-o", out, "--verify", "--json")
+    done = msopt(
+        "partition",
+        SAMPLES / "deepfm_tf2",
+        "-n",
+        "4",
+        "--rules",
+        path,
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "-o",
+        out,
+        "--verify",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     assert "rule 4" in done.stderr and "matched no node" in done.stderr
     doc = json.loads(done.stdout)
@@ -165,7 +205,11 @@ def test_tf2_keras_model_partitioned_verified_and_honoured(msopt, tmp_path):
     assert [r["rule"] for r in doc["unmatched_rules"]] == [4]
     assert any("resource" in m["constraint"] for m in doc["constraint_merges"])
     view = GraphView(load(out).graph_def)
-    planned = {n.key: n.stream for n in view.real_nodes() if n.stream is not None and n.function.startswith("__inference___call__")}
+    planned = {
+        n.key: n.stream
+        for n in view.real_nodes()
+        if n.stream is not None and n.function.startswith("__inference___call__")
+    }
     run = run_probe(out, devices=4, mode="tf2-devices")
     assert "error" not in run
     lookups = [k for k in planned if k.endswith("_embedding_1/GatherV2")]

@@ -1,10 +1,11 @@
 """--inputs files are data, never code: no pickle, only the arrays the signature needs, corrupt files are bad input."""
+
 import pickle
 
 import numpy as np
 import pytest
-
 from conftest import SAMPLES, run_msopt
+
 from msopt.errors import InputError
 from msopt.inputs import read_npz
 

@@ -1,5 +1,6 @@
 """Outputs appear whole or not at all: verification in a private directory, nothing unverified at -o,
 --force swapping the output in one step (kills at any moment, concurrent writers), stale leftovers removed."""
+
 import json
 import os
 import random
@@ -10,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLES, run_msopt
+
 from msopt import outputs, protos
 from msopt.errors import InputError
 from msopt.load import load
@@ -73,8 +74,23 @@ def test_verify_writes_nothing_into_the_working_directory(tmp_path):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     env, tmp = private_tmp(tmp_path)
-    result = run_msopt("partition", model, "-n", 2, "--policy", "none", "--placement", "device", "--device-type", "cpu",
-                       "-o", tmp_path / "out", "--verify", cwd=cwd, env=env)
+    result = run_msopt(
+        "partition",
+        model,
+        "-n",
+        2,
+        "--policy",
+        "none",
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "-o",
+        tmp_path / "out",
+        "--verify",
+        cwd=cwd,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     assert "verify: outputs identical" in result.stdout
     assert list(cwd.iterdir()) == [], "the graph's save op wrote into the working directory"
@@ -86,8 +102,9 @@ def test_run_writes_nothing_into_the_working_directory(tmp_path):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     env, tmp = private_tmp(tmp_path)
-    result = run_msopt("run", model, "--device", "cpu", "--iterations", 3, "--warmup", 0, "--trace", "trace.json",
-                       cwd=cwd, env=env)
+    result = run_msopt(
+        "run", model, "--device", "cpu", "--iterations", 3, "--warmup", 0, "--trace", "trace.json", cwd=cwd, env=env
+    )
     assert result.returncode == 0, result.stderr
     assert [p.name for p in cwd.iterdir()] == ["trace.json"], "only what the user asked for lands there"
     assert list(tmp.iterdir()) == []
@@ -120,8 +137,21 @@ def test_failed_verify_keeps_the_output_already_there(tmp_path):
 def test_verify_keeps_tensorflow_log_lines_off_stderr(tmp_path):
     model = stage_with_a_frame_error(tmp_path)
     out = tmp_path / "out"
-    result = run_msopt("partition", model, "-n", 2, "--policy", "chains", "--placement", "device", "--device-type", "cpu",
-                       "-o", out, "--verify")
+    result = run_msopt(
+        "partition",
+        model,
+        "-n",
+        2,
+        "--policy",
+        "chains",
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "-o",
+        out,
+        "--verify",
+    )
     assert result.returncode in (1, 2)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("msopt: error: "), result.stderr
@@ -139,8 +169,18 @@ def built(out, content):
 
 
 def test_a_report_where_it_cannot_be_written_is_bad_input(tmp_path):
-    result = run_msopt("partition", SAMPLES / "linreg_frozen.pb", "-n", 2, "--policy", "none", "-o", tmp_path / "out.pb",
-                       "--report", tmp_path / "missing" / "report.json")
+    result = run_msopt(
+        "partition",
+        SAMPLES / "linreg_frozen.pb",
+        "-n",
+        2,
+        "--policy",
+        "none",
+        "-o",
+        tmp_path / "out.pb",
+        "--report",
+        tmp_path / "missing" / "report.json",
+    )
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert "missing/report.json: parent directory does not exist" in result.stderr
     assert not (tmp_path / "out.pb").exists(), "the model was written although the command failed"
@@ -198,9 +238,31 @@ def test_concurrent_force_writers_all_succeed_and_the_last_wins(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     for _ in range(3):
-        writers = [subprocess.Popen([sys.executable, "-m", "msopt", "partition", str(src), "-n", "2", "--policy", "none",
-                                     "-o", str(out), "--force", "--report", str(tmp_path / "report.json")],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(6)]
+        writers = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "msopt",
+                    "partition",
+                    str(src),
+                    "-n",
+                    "2",
+                    "--policy",
+                    "none",
+                    "-o",
+                    str(out),
+                    "--force",
+                    "--report",
+                    str(tmp_path / "report.json"),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            for _ in range(6)
+        ]
         for writer in writers:
             _, err = writer.communicate(timeout=300)
             assert writer.returncode == 0, err
@@ -239,7 +301,20 @@ def assert_complete(out, src):
 def test_sigkill_at_any_moment_leaves_a_complete_output_and_no_leftovers(tmp_path):
     src = SAMPLES / "deepfm_tf2"
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "msopt", "partition", str(src), "-n", "2", "--policy", "none", "-o", str(out), "--force"]
+    command = [
+        sys.executable,
+        "-m",
+        "msopt",
+        "partition",
+        str(src),
+        "-n",
+        "2",
+        "--policy",
+        "none",
+        "-o",
+        str(out),
+        "--force",
+    ]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     subprocess.run(command, check=True, capture_output=True, env=env)
     rng = random.Random(9)

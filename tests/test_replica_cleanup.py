@@ -1,5 +1,6 @@
 """msopt run --replicas leaves nothing behind: no worker outlives the parent (SIGTERM, SIGKILL, Ctrl-C,
 a crashed worker) and no temporary file stays in TMPDIR."""
+
 import os
 import signal
 import subprocess
@@ -8,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLES
 
 MODEL = SAMPLES / "linreg_tf1"
@@ -31,9 +31,27 @@ def start(tmp_path, replicas=3):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    parent = subprocess.Popen([sys.executable, "-m", "msopt", "run", str(MODEL), "--device", "cpu", "--replicas",
-                               str(replicas), "--iterations", "10000000", "--warmup", "1"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "msopt",
+            "run",
+            str(MODEL),
+            "--device",
+            "cpu",
+            "--replicas",
+            str(replicas),
+            "--iterations",
+            "10000000",
+            "--warmup",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         barriers = list(tmp.glob("msopt-replicas-*"))

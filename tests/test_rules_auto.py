@@ -1,17 +1,18 @@
 """Policy auto: on hand-built graphs its plan is as fast as the best of every possible plan (found by brute force)."""
+
 import itertools
 import json
 
 import pytest
-
+from conftest import SAMPLES
 from handbuilt import view
+
 from msopt.constraints import apply
 from msopt.cost import CostModel
 from msopt.graph import GraphView
 from msopt.load import load
 from msopt.plan import PlanOptions, make_plan
 from msopt.simulate import simulate
-from conftest import SAMPLES
 
 
 def auto_plan(v, streams, cost, model=None):
@@ -68,9 +69,16 @@ def test_a_chain_uses_one_stream():
 
 def test_uneven_branches_on_two_streams_match_the_brute_force_optimum():
     # One long branch (3 x 100 us) and three short ones (30 us): the short ones share the other stream.
-    spec = [("x", "Placeholder", []), ("l1", "MatMul", ["x", "x"]), ("l2", "MatMul", ["l1", "x"]),
-            ("l3", "MatMul", ["l2", "x"]), ("s1", "Relu", ["x"]), ("s2", "Relu", ["x"]), ("s3", "Relu", ["x"]),
-            ("join", "AddN", ["l3", "s1", "s2", "s3"])]
+    spec = [
+        ("x", "Placeholder", []),
+        ("l1", "MatMul", ["x", "x"]),
+        ("l2", "MatMul", ["l1", "x"]),
+        ("l3", "MatMul", ["l2", "x"]),
+        ("s1", "Relu", ["x"]),
+        ("s2", "Relu", ["x"]),
+        ("s3", "Relu", ["x"]),
+        ("join", "AddN", ["l3", "s1", "s2", "s3"]),
+    ]
     v = view(spec)
     times = {"l1": 100.0, "l2": 100.0, "l3": 100.0, "s1": 30.0, "s2": 30.0, "s3": 30.0, "join": 5.0}
     cost = CostModel(v, None, target="v100", costs=times)
@@ -88,7 +96,9 @@ def test_never_slower_than_one_stream_on_the_samples(name, batch):
     plan, report = auto_plan(v, 4, cost, model)
     assert simulate(v, plan, 4, cost).makespan_us <= cost.single_stream_us()
     chosen = report["auto"]["candidates"]
-    assert min(c["makespan_ms"] for c in chosen) == pytest.approx(simulate(v, plan, 4, cost).makespan_us / 1000, abs=1e-6)
+    assert min(c["makespan_ms"] for c in chosen) == pytest.approx(
+        simulate(v, plan, 4, cost).makespan_us / 1000, abs=1e-6
+    )
 
 
 def test_auto_beats_one_stream_on_the_towers_at_batch_32():
@@ -100,8 +110,24 @@ def test_auto_beats_one_stream_on_the_towers_at_batch_32():
 
 
 def test_auto_is_the_default_and_its_plan_verifies(msopt, sample, tmp_path):
-    result = msopt("partition", sample("towers_tf1"), "--streams", 4, "--target", "v100", "--batch-size", 32,
-                   "--placement", "device", "--device-type", "cpu", "-o", tmp_path / "out", "--verify", "--json")
+    result = msopt(
+        "partition",
+        sample("towers_tf1"),
+        "--streams",
+        4,
+        "--target",
+        "v100",
+        "--batch-size",
+        32,
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "-o",
+        tmp_path / "out",
+        "--verify",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["policy"] == "auto" and doc["verify"]["ok"]
@@ -117,15 +143,43 @@ def test_auto_notes_in_the_human_report(msopt, sample, tmp_path):
 
 @pytest.mark.parametrize("name", ["stage_tf2", "deepfm_tf2"])
 def test_auto_plans_of_tf2_samples_verify(msopt, sample, tmp_path, name):
-    result = msopt("partition", sample(name), "--streams", 4, "--batch-size", 32, "--placement", "device",
-                   "--device-type", "cpu", "-o", tmp_path / "out", "--verify", "--json")
+    result = msopt(
+        "partition",
+        sample(name),
+        "--streams",
+        4,
+        "--batch-size",
+        32,
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "-o",
+        tmp_path / "out",
+        "--verify",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["verify"]["ok"]
 
 
 def test_auto_on_nasnet_uses_several_streams_and_verifies(msopt, nasnet_mobile, tmp_path):
-    result = msopt("partition", nasnet_mobile, "--streams", 4, "--target", "v100", "--placement", "device",
-                   "--device-type", "cpu", "-o", tmp_path / "out", "--verify", "--json")
+    result = msopt(
+        "partition",
+        nasnet_mobile,
+        "--streams",
+        4,
+        "--target",
+        "v100",
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "-o",
+        tmp_path / "out",
+        "--verify",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["verify"]["ok"]

@@ -1,15 +1,16 @@
 """Policies embedding, towers, stage and collective: what each finds on hand-built graphs and sample models, and --verify."""
+
 import json
 from collections import Counter
 
 import pytest
-
+from conftest import SAMPLES
 from handbuilt import view
+
 from msopt.graph import GraphView
 from msopt.load import load
 from msopt.rules import CollectiveOptions, RuleOptions, StageOptions, run_rule
 from msopt.rules.embedding import feature_subgraphs
-from conftest import SAMPLES
 
 
 def sample_view(name):
@@ -17,8 +18,11 @@ def sample_view(name):
 
 
 def plan(v, policy, streams, **extra):
-    options = RuleOptions(streams=streams, stage=StageOptions(tuple(extra.get("boundary", ()))),
-                          collective=CollectiveOptions(extra.get("collective_stream")))
+    options = RuleOptions(
+        streams=streams,
+        stage=StageOptions(tuple(extra.get("boundary", ()))),
+        collective=CollectiveOptions(extra.get("collective_stream")),
+    )
     return run_rule(policy, v, options).partition
 
 
@@ -78,8 +82,18 @@ def test_towers_in_tf2_function_bodies():
 
 
 def test_towers_by_structure_when_unnamed():
-    v = view([("x", "Placeholder", []), ("a1", "Conv2D", ["x"]), ("a2", "Relu", ["a1"]), ("b1", "Conv2D", ["x"]),
-              ("b2", "Relu", ["b1"]), ("c1", "Conv2D", ["x"]), ("c2", "Relu", ["c1"]), ("j", "AddN", ["a2", "b2", "c2"])])
+    v = view(
+        [
+            ("x", "Placeholder", []),
+            ("a1", "Conv2D", ["x"]),
+            ("a2", "Relu", ["a1"]),
+            ("b1", "Conv2D", ["x"]),
+            ("b2", "Relu", ["b1"]),
+            ("c1", "Conv2D", ["x"]),
+            ("c2", "Relu", ["c1"]),
+            ("j", "AddN", ["a2", "b2", "c2"]),
+        ]
+    )
     p = plan(v, "towers", 4)
     assert p["a1"] == p["a2"] and p["b1"] == p["b2"] and p["c1"] == p["c2"]
     assert len({p["a1"], p["b1"], p["c1"]}) == 3
@@ -95,8 +109,13 @@ def test_towers_fold_modulo_streams():
 def test_stage_found_automatically():
     p = plan(sample_view("stage_tf1"), "stage", 2)
     assert set(p.values()) == {1}
-    for key in ("preprocess/StringToHashBucketFast", "preprocess/StringSplit/StringSplitV2", "preprocess/stack",
-                "preprocess/Log1p", "lines"):
+    for key in (
+        "preprocess/StringToHashBucketFast",
+        "preprocess/StringSplit/StringSplitV2",
+        "preprocess/stack",
+        "preprocess/Log1p",
+        "lines",
+    ):
         assert key in p
     for key in ("model/embedding_lookup", "model/MatMul", "save/SaveV2", "save/StringJoin", "stage/emb_id"):
         assert key not in p
@@ -114,16 +133,27 @@ def test_stage_does_not_apply_to_a_model_without_preprocessing():
 
 
 def test_stage_bad_boundary_is_bad_input(msopt, tmp_path):
-    result = msopt("partition", SAMPLES / "stage_tf1", "--policy", "stage", "--boundary", "no/such:0", "-o", tmp_path / "o")
+    result = msopt(
+        "partition", SAMPLES / "stage_tf1", "--policy", "stage", "--boundary", "no/such:0", "-o", tmp_path / "o"
+    )
     assert result.returncode == 2
     assert result.stderr.startswith("msopt: error: stage boundary 'no/such:0'")
 
 
 # -- collective --------------------------------------------------------------------------------
 def test_collective_ops_go_to_their_own_stream():
-    v = view([("x", "Placeholder", []), ("g", "MatMul", ["x", "x"]), ("nccl", "NcclAllReduce", ["g"]),
-              ("coll", "CollectiveReduceV2", ["g"]), ("hvd", "HorovodAllreduce", ["g"]), ("send", "_Send", ["g"]),
-              ("recv", "_Recv", []), ("y", "AddN", ["nccl", "coll", "hvd", "recv"])])
+    v = view(
+        [
+            ("x", "Placeholder", []),
+            ("g", "MatMul", ["x", "x"]),
+            ("nccl", "NcclAllReduce", ["g"]),
+            ("coll", "CollectiveReduceV2", ["g"]),
+            ("hvd", "HorovodAllreduce", ["g"]),
+            ("send", "_Send", ["g"]),
+            ("recv", "_Recv", []),
+            ("y", "AddN", ["nccl", "coll", "hvd", "recv"]),
+        ]
+    )
     assert plan(v, "collective", 4) == {"nccl": 3, "coll": 3, "hvd": 3, "send": 3, "recv": 3}
     assert plan(v, "collective", 4, collective_stream=2)["nccl"] == 2
     assert plan(v, "collective", 1) == {}
@@ -131,14 +161,35 @@ def test_collective_ops_go_to_their_own_stream():
 
 
 # -- every built-in partition of the sample models runs bitwise identically -----------------------
-@pytest.mark.parametrize("name,policy", [
-    ("deepfm_tf1", "embedding"), ("deepfm_tf2", "embedding"), ("stage_tf1", "embedding"),
-    ("towers_tf1", "towers"), ("towers_tf2", "towers"),
-    ("stage_tf1", "stage"), ("stage_tf2", "stage"),
-])
+@pytest.mark.parametrize(
+    "name,policy",
+    [
+        ("deepfm_tf1", "embedding"),
+        ("deepfm_tf2", "embedding"),
+        ("stage_tf1", "embedding"),
+        ("towers_tf1", "towers"),
+        ("towers_tf2", "towers"),
+        ("stage_tf1", "stage"),
+        ("stage_tf2", "stage"),
+    ],
+)
 def test_builtin_policy_verifies(msopt, sample, tmp_path, name, policy):
-    result = msopt("partition", sample(name), "--streams", 4, "--policy", policy, "--placement", "device",
-                   "--device-type", "cpu", "-o", tmp_path / "out", "--verify", "--json")
+    result = msopt(
+        "partition",
+        sample(name),
+        "--streams",
+        4,
+        "--policy",
+        policy,
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "-o",
+        tmp_path / "out",
+        "--verify",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["verify"]["ok"]
@@ -181,13 +232,32 @@ def test_collective_op_on_its_own_stream_computes_the_same(msopt, tmp_path):
     import sys
 
     original, rewritten = tmp_path / "collective", tmp_path / "collective_ms2"
-    subprocess.run([sys.executable, "-c", COLLECTIVE_MODEL, str(original)], check=True, capture_output=True, timeout=300)
-    result = msopt("partition", original, "--streams", 2, "--policy", "collective", "--placement", "device",
-                   "--device-type", "cpu", "-o", rewritten, "--json")
+    subprocess.run(
+        [sys.executable, "-c", COLLECTIVE_MODEL, str(original)], check=True, capture_output=True, timeout=300
+    )
+    result = msopt(
+        "partition",
+        original,
+        "--streams",
+        2,
+        "--policy",
+        "collective",
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "-o",
+        rewritten,
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["nodes_per_stream"][1] == 1
     moved = [n for n in GraphView(load(rewritten).graph_def).real_nodes() if n.op == "CollectiveReduceV2"]
     assert [n.device for n in moved] == ["/device:CPU:1"]
-    outputs = [subprocess.run([sys.executable, "-c", RUN_ON_TWO_CPUS, str(path)], check=True, capture_output=True,
-                              text=True, timeout=300).stdout.strip() for path in (original, rewritten)]
+    outputs = [
+        subprocess.run(
+            [sys.executable, "-c", RUN_ON_TWO_CPUS, str(path)], check=True, capture_output=True, text=True, timeout=300
+        ).stdout.strip()
+        for path in (original, rewritten)
+    ]
     assert outputs[0] and outputs[0] == outputs[1]

@@ -1,10 +1,11 @@
 """Policy chains and the flat DAG walk: hand-built graphs whose path cover is known exactly, and the sample models."""
+
 import json
 import random
 
 import pytest
-
 from handbuilt import diamond, graph_def, view
+
 from msopt.graph import GraphView
 from msopt.plan import plan_rule
 from msopt.rules import RuleOptions, run_rule
@@ -29,8 +30,16 @@ def test_diamond_needs_two_chains_and_exactly_two_cross_edges():
 
 
 def test_independent_chains_get_their_own_streams_with_no_sync():
-    v = view([("x0", "Relu", []), ("x1", "Relu", ["x0"]), ("x2", "Relu", ["x1"]),
-              ("y0", "Relu", []), ("y1", "Relu", ["y0"]), ("y2", "Relu", ["y1"])])
+    v = view(
+        [
+            ("x0", "Relu", []),
+            ("x1", "Relu", ["x0"]),
+            ("x2", "Relu", ["x1"]),
+            ("y0", "Relu", []),
+            ("y1", "Relu", ["y0"]),
+            ("y2", "Relu", ["y1"]),
+        ]
+    )
     p = plan(v, 4)
     assert p["x0"] == p["x1"] == p["x2"] != p["y0"] == p["y1"] == p["y2"]
     assert cross_edges(v, p) == 0
@@ -63,7 +72,13 @@ def random_layered(size, seed):
         if i < 8:
             spec.append((f"n{i}", "Placeholder", []))
         else:
-            spec.append((f"n{i}", "AddV2", sorted({f"n{rng.randrange(max(0, i - 24), i)}" for _ in range(rng.choice((1, 2, 3)))})))
+            spec.append(
+                (
+                    f"n{i}",
+                    "AddV2",
+                    sorted({f"n{rng.randrange(max(0, i - 24), i)}" for _ in range(rng.choice((1, 2, 3)))}),
+                )
+            )
     return view(spec)
 
 
@@ -130,18 +145,42 @@ def test_function_bodies_are_nested_in_their_calls():
 
 
 def test_v1_while_loop_back_edges_do_not_make_a_cycle():
-    v = view([("x", "Placeholder", []), ("enter", "Enter", ["x"]), ("merge", "Merge", ["enter", "next"]),
-              ("body", "Relu", ["merge"]), ("next", "NextIteration", ["body"]), ("exit", "Exit", ["merge"])])
+    v = view(
+        [
+            ("x", "Placeholder", []),
+            ("enter", "Enter", ["x"]),
+            ("merge", "Merge", ["enter", "next"]),
+            ("body", "Relu", ["merge"]),
+            ("next", "NextIteration", ["body"]),
+            ("exit", "Exit", ["merge"]),
+        ]
+    )
     dag = flatten(v)
     order = [dag.keys[u] for u in dag.order]
     assert order.index("merge") < order.index("body") < order.index("next")
 
 
-@pytest.mark.parametrize("name", ["linreg_tf1", "towers_tf1", "towers_tf2", "stage_tf1", "stage_tf2", "deepfm_tf1", "deepfm_tf2"])
+@pytest.mark.parametrize(
+    "name", ["linreg_tf1", "towers_tf1", "towers_tf2", "stage_tf1", "stage_tf2", "deepfm_tf1", "deepfm_tf2"]
+)
 def test_chains_on_sample_models_verifies(msopt, sample, tmp_path, name):
     out = tmp_path / "out"
-    result = msopt("partition", sample(name), "--streams", 4, "--policy", "chains", "--placement", "device",
-                   "--device-type", "cpu", "-o", out, "--verify", "--json")
+    result = msopt(
+        "partition",
+        sample(name),
+        "--streams",
+        4,
+        "--policy",
+        "chains",
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "-o",
+        out,
+        "--verify",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["verify"]["ok"]
@@ -149,8 +188,22 @@ def test_chains_on_sample_models_verifies(msopt, sample, tmp_path, name):
 
 
 def test_chains_on_mobilenet_v2_verifies(msopt, mobilenet_v2, tmp_path):
-    result = msopt("partition", mobilenet_v2, "--streams", 4, "--policy", "chains", "--placement", "device",
-                   "--device-type", "cpu", "-o", tmp_path / "out", "--verify", "--json")
+    result = msopt(
+        "partition",
+        mobilenet_v2,
+        "--streams",
+        4,
+        "--policy",
+        "chains",
+        "--placement",
+        "device",
+        "--device-type",
+        "cpu",
+        "-o",
+        tmp_path / "out",
+        "--verify",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["verify"]["ok"] and len([n for n in doc["nodes_per_stream"] if n]) == 4
@@ -175,7 +228,14 @@ def test_plans_do_not_depend_on_the_process_hash_seed():
 
     from conftest import SAMPLES
 
-    digests = {subprocess.run([sys.executable, "-c", PLAN_DIGEST, str(SAMPLES / "stage_tf2")], capture_output=True,
-                              text=True, check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
-               for seed in ("1", "2", "3")}
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", PLAN_DIGEST, str(SAMPLES / "stage_tf2")],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
     assert len(digests) == 1

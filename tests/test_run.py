@@ -1,11 +1,11 @@
 """msopt run: streams as logical devices, comparison, traces and costs, inputs, the stage pipeline (real TensorFlow)."""
+
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import SAMPLES, run_msopt
+
 from msopt import emit
 from msopt.graph import GraphView
 from msopt.load import load
@@ -37,9 +37,27 @@ def run_json(*args, code=0, **kwargs):
 def test_four_cpu_streams_equal_the_plain_run_and_each_stream_runs_on_its_device(towers4, tmp_path):
     model, partition = towers4
     trace, costs, saved = tmp_path / "trace.json", tmp_path / "costs.json", tmp_path / "out.npz"
-    doc = run_json(model, "--streams", 4, "--device", "cpu", "--iterations", 5, "--warmup", 1, "--records", 2,
-                   "--compare-to", SAMPLES / "towers_tf2", "--trace", trace, "--profile", costs,
-                   "--save-outputs", saved)
+    doc = run_json(
+        model,
+        "--streams",
+        4,
+        "--device",
+        "cpu",
+        "--iterations",
+        5,
+        "--warmup",
+        1,
+        "--records",
+        2,
+        "--compare-to",
+        SAMPLES / "towers_tf2",
+        "--trace",
+        trace,
+        "--profile",
+        costs,
+        "--save-outputs",
+        saved,
+    )
     assert doc["devices"] == [f"/device:CPU:{k}" for k in range(4)]
     assert doc["compare"]["ok"] and doc["compare"]["records"] == 2
     assert doc["steps"] == 5 and doc["latency_ms"]["p50"] > 0 and doc["throughput"]["records_per_s"] > 0
@@ -70,8 +88,21 @@ def test_four_cpu_streams_equal_the_plain_run_and_each_stream_runs_on_its_device
 def test_four_cpu_streams_on_a_tf1_graph_equal_the_plain_run(tmp_path):
     model, partition = four_stream_copy(SAMPLES / "towers_tf1", tmp_path / "towers_tf1_ms4")
     trace = tmp_path / "trace.json"
-    doc = run_json(model, "--streams", 4, "--device", "cpu", "--iterations", 3, "--records", 2,
-                   "--compare-to", SAMPLES / "towers_tf1", "--trace", trace)
+    doc = run_json(
+        model,
+        "--streams",
+        4,
+        "--device",
+        "cpu",
+        "--iterations",
+        3,
+        "--records",
+        2,
+        "--compare-to",
+        SAMPLES / "towers_tf1",
+        "--trace",
+        trace,
+    )
     assert doc["compare"]["ok"] and len(partition) > 20
     used = {device for devices in doc["executed"]["stream_to_device"].values() for device in devices}
     assert used == {f"/device:CPU:{k}" for k in range(4)}
@@ -79,8 +110,17 @@ def test_four_cpu_streams_on_a_tf1_graph_equal_the_plain_run(tmp_path):
 
 def test_tf1_stream_ids_become_devices(tmp_path):
     trace = tmp_path / "t.json"
-    doc = run_json(SAMPLES / "linreg_tf1", "--device", "cpu", "--iterations", 3, "--compare-to",
-                   SAMPLES / "linreg_tf1", "--trace", trace)  # the original runs without placement: all on CPU:0
+    doc = run_json(
+        SAMPLES / "linreg_tf1",
+        "--device",
+        "cpu",
+        "--iterations",
+        3,
+        "--compare-to",
+        SAMPLES / "linreg_tf1",
+        "--trace",
+        trace,
+    )  # the original runs without placement: all on CPU:0
     assert doc["streams"] == 2 and doc["compare"]["ok"]
     assert doc["executed"]["stream_to_device"]["1"].get("/device:CPU:1", 0) >= 1
     events = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
@@ -92,16 +132,37 @@ def test_stream_ids_beyond_streams_are_bad_input():
     assert done.stderr.count("\n") == 1 and "outside [0, 1)" in done.stderr
 
 
-STAGE_BOUNDARY = ",".join([
-    "preprocess/StringToHashBucketFast:0", "preprocess/StringToHashBucketFast_1:0",
-    "preprocess/StringToHashBucketFast_2:0", "preprocess/stack:0", "preprocess/StringSplit_1/strided_slice:0",
-    "preprocess/StringSplit_1/RaggedFromValueRowIds/RowPartitionFromValueRowIds/bincount/DenseBincount:0",
-])
+STAGE_BOUNDARY = ",".join(
+    [
+        "preprocess/StringToHashBucketFast:0",
+        "preprocess/StringToHashBucketFast_1:0",
+        "preprocess/StringToHashBucketFast_2:0",
+        "preprocess/stack:0",
+        "preprocess/StringSplit_1/strided_slice:0",
+        "preprocess/StringSplit_1/RaggedFromValueRowIds/RowPartitionFromValueRowIds/bincount/DenseBincount:0",
+    ]
+)
 
 
 def test_stage_pipeline_gives_the_unpipelined_results_in_order(tmp_path):
-    doc = run_json(SAMPLES / "stage_tf1", "--device", "cpu", "--stage", "--stage-boundary", STAGE_BOUNDARY,
-                   "--records", 7, "--iterations", 30, "--warmup", 0, "--stage-threads", 3, "--stage-capacity", 2)
+    doc = run_json(
+        SAMPLES / "stage_tf1",
+        "--device",
+        "cpu",
+        "--stage",
+        "--stage-boundary",
+        STAGE_BOUNDARY,
+        "--records",
+        7,
+        "--iterations",
+        30,
+        "--warmup",
+        0,
+        "--stage-threads",
+        3,
+        "--stage-capacity",
+        2,
+    )
     stage = doc["stage"]
     assert stage["records"] == 30 and stage["identical_to_unpipelined"]
     assert stage["ops"]["upstream"] > 0 and stage["ops"]["downstream"] > 0 and stage["ops"]["shared"] == 0
@@ -117,11 +178,24 @@ def test_stage_boundary_found_by_the_stage_rule():
 
 
 def test_stage_pipeline_on_a_tf2_model_cuts_a_frozen_copy(tmp_path):
-    doc = run_json(SAMPLES / "stage_tf2", "--device", "cpu", "--stage", "--stage-boundary",
-                   "preprocess/StringToHashBucketFast,preprocess/StringToHashBucketFast_1,"
-                   "preprocess/StringToHashBucketFast_2,preprocess/stack,preprocess/StringSplit_1/strided_slice,"
-                   "model/Size,model/strided_slice",
-                   "--records", 4, "--iterations", 12, "--stage-threads", 2, "--stage-capacity", 3)
+    doc = run_json(
+        SAMPLES / "stage_tf2",
+        "--device",
+        "cpu",
+        "--stage",
+        "--stage-boundary",
+        "preprocess/StringToHashBucketFast,preprocess/StringToHashBucketFast_1,"
+        "preprocess/StringToHashBucketFast_2,preprocess/stack,preprocess/StringSplit_1/strided_slice,"
+        "model/Size,model/strided_slice",
+        "--records",
+        4,
+        "--iterations",
+        12,
+        "--stage-threads",
+        2,
+        "--stage-capacity",
+        3,
+    )
     stage = doc["stage"]
     assert stage["graph"] == "frozen copy of the TF2 signature" and stage["identical_to_unpipelined"]
     assert stage["records"] == 12 and stage["ops"]["shared"] == 0 and stage["ops"]["upstream"] > 20
@@ -141,13 +215,20 @@ def test_unknown_signature_names_the_available_ones():
     assert done.stderr == "msopt: error: unknown signature 'nope'; available: serving_default\n"
 
 
-@pytest.mark.parametrize("arrays, message", [
-    ({"X": np.zeros((2, 1), np.float32)}, "no array for input 'Y'"),
-    ({"X": np.zeros((2, 1), np.float64), "Y": np.zeros((2, 1), np.float32)},
-     "input 'X': expected dtype float, given float64"),
-    ({"X": np.zeros((2, 3), np.float32), "Y": np.zeros((2, 1), np.float32)},
-     "input 'X': expected shape [?, 1], given [2, 3]"),
-])
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        ({"X": np.zeros((2, 1), np.float32)}, "no array for input 'Y'"),
+        (
+            {"X": np.zeros((2, 1), np.float64), "Y": np.zeros((2, 1), np.float32)},
+            "input 'X': expected dtype float, given float64",
+        ),
+        (
+            {"X": np.zeros((2, 3), np.float32), "Y": np.zeros((2, 1), np.float32)},
+            "input 'X': expected shape [?, 1], given [2, 3]",
+        ),
+    ],
+)
 def test_inputs_that_do_not_fit_the_signature(tmp_path, arrays, message):
     npz = tmp_path / "in.npz"
     np.savez(npz, **arrays)

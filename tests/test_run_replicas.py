@@ -5,6 +5,7 @@ sees no GPU, so the replicas run on the CPU while the orchestration around them 
 replica probe attaches each worker to the stand-in daemon as a CUDA client would (unless a test
 says otherwise), so a run under --mps ends with the check that every replica ran on a GPU.
 """
+
 import json
 import os
 import subprocess
@@ -12,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLES, run_msopt
 
 BIN = Path(__file__).resolve().parent / "bin"
@@ -23,9 +23,14 @@ MODEL = SAMPLES / "linreg_tf1"
 def standin_env(tmp_path, **extra):
     probe = tmp_path / "probe"
     probe.mkdir(exist_ok=True)
-    return {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(PROBE), "MSOPT_PROBE_DIR": str(probe),
-            "MSOPT_STANDIN_EVENTS": str(tmp_path / "events.jsonl"), "MSOPT_PROBE_ATTACH": "all",
-            **{k: str(v) for k, v in extra.items()}}
+    return {
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(PROBE),
+        "MSOPT_PROBE_DIR": str(probe),
+        "MSOPT_STANDIN_EVENTS": str(tmp_path / "events.jsonl"),
+        "MSOPT_PROBE_ATTACH": "all",
+        **{k: str(v) for k, v in extra.items()},
+    }
 
 
 def events(tmp_path):
@@ -47,8 +52,21 @@ def test_replicas_on_the_cpu_are_aggregated():
 
 
 def test_mps_starts_a_private_daemon_passes_its_environment_and_stops_it(tmp_path):
-    done = run_msopt("run", MODEL, "--device", "cpu", "--mps", "--mps-threads", 40, "--replicas", 2,
-                     "--iterations", 20, "--json", env=standin_env(tmp_path))
+    done = run_msopt(
+        "run",
+        MODEL,
+        "--device",
+        "cpu",
+        "--mps",
+        "--mps-threads",
+        40,
+        "--replicas",
+        2,
+        "--iterations",
+        20,
+        "--json",
+        env=standin_env(tmp_path),
+    )
     # Every replica attached, but TensorFlow saw no GPU: a run under MPS that did not use it fails.
     assert done.returncode == 1 and done.stdout == ""
     assert "--mps: replica 0 ran on the cpu, not a GPU" in done.stderr and done.stderr.count("\n") == 1
@@ -96,8 +114,20 @@ def test_a_daemon_that_dies_during_the_run_fails_the_run(tmp_path):
 @pytest.mark.parametrize("when", ["start", "run"])
 def test_a_replica_that_crashes_fails_the_run_and_stops_the_others(tmp_path, when):
     env = standin_env(tmp_path, MSOPT_PROBE_CRASH=1, MSOPT_PROBE_CRASH_AT=when)
-    done = run_msopt("run", MODEL, "--device", "cpu", "--mps", "--replicas", 2, "--iterations", 200000,
-                     "--json", env=env, timeout=300)
+    done = run_msopt(
+        "run",
+        MODEL,
+        "--device",
+        "cpu",
+        "--mps",
+        "--replicas",
+        2,
+        "--iterations",
+        200000,
+        "--json",
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 1 and done.stdout == ""
     assert "replica 1 was killed by signal 9" in done.stderr and done.stderr.count("\n") == 1
     assert [e["command"] for e in events(tmp_path)][-1] == "quit"  # the daemon is still stopped
@@ -132,18 +162,31 @@ def test_a_replica_that_never_attaches_to_the_daemon_fails_the_run(tmp_path):
     assert [e["command"] for e in events(tmp_path)][-1] == "quit"
 
 
-TWO_GPUS = json.dumps([
-    {"name": "Stand-in A", "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000000", "pci": "00000000:3B:00.0",
-     "memory": 16384, "cc": "8.0"},
-    {"name": "Stand-in A", "uuid": "GPU-bbbbbbbb-0000-0000-0000-000000000000", "pci": "00000000:5E:00.0",
-     "memory": 16384, "cc": "8.0"},
-])
+TWO_GPUS = json.dumps(
+    [
+        {
+            "name": "Stand-in A",
+            "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000000",
+            "pci": "00000000:3B:00.0",
+            "memory": 16384,
+            "cc": "8.0",
+        },
+        {
+            "name": "Stand-in A",
+            "uuid": "GPU-bbbbbbbb-0000-0000-0000-000000000000",
+            "pci": "00000000:5E:00.0",
+            "memory": 16384,
+            "cc": "8.0",
+        },
+    ]
+)
 
 
 def test_mps_names_the_gpus_by_uuid_for_the_daemon_and_the_replicas(tmp_path):
     env = standin_env(tmp_path, MSOPT_STANDIN_GPUS=TWO_GPUS)
-    done = run_msopt("run", MODEL, "--device", "cpu", "--mps", "--gpus", "1", "--replicas", 2, "--iterations", 5,
-                     env=env)
+    done = run_msopt(
+        "run", MODEL, "--device", "cpu", "--mps", "--gpus", "1", "--replicas", 2, "--iterations", 5, env=env
+    )
     assert done.returncode == 1 and "ran on the cpu" in done.stderr
     started = [e for e in events(tmp_path) if e["command"] == "-d"]
     assert started[0]["visible"] == "GPU-bbbbbbbb-0000-0000-0000-000000000000"  # not "1": the daemon remaps indices

@@ -1,4 +1,5 @@
 """The runner's pieces without TensorFlow: the stage pipeline's ordering and blocking, input checks, options."""
+
 import os
 import random
 import threading
@@ -7,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import SAMPLES
+
 from msopt.errors import InputError
 from msopt.graph import GraphView
 from msopt.inputs import check_input
@@ -106,8 +107,9 @@ def test_gpu_memory_from_nvidia_smi(monkeypatch):
 
 
 def test_worker_configuration_drops_what_only_the_parent_does():
-    parent = RunConfig(model="m", mps=True, replicas=3, mps_threads=20, iterations=5, device="cpu",
-                       gpus="1,2")  # --gpus: the workers inherit CUDA_VISIBLE_DEVICES (by UUID under MPS)
+    parent = RunConfig(
+        model="m", mps=True, replicas=3, mps_threads=20, iterations=5, device="cpu", gpus="1,2"
+    )  # --gpus: the workers inherit CUDA_VISIBLE_DEVICES (by UUID under MPS)
     worker = RunConfig.from_json(parent.for_worker().to_json(), worker_barrier="b", worker_replicas=3)
     assert worker == RunConfig(model="m", iterations=5, device="cpu", worker_barrier="b", worker_replicas=3)
 

@@ -1,9 +1,10 @@
 """The schedule simulator: hand-built graphs whose makespan is known exactly, sample models, the timeline and the CLI."""
+
 import json
 
 import pytest
-
 from conftest import SAMPLES
+
 from msopt import protos
 from msopt.cost import CostModel, Target
 from msopt.graph import GraphView
@@ -17,8 +18,18 @@ LARGE = [4_000_000]  # enough threads to fill the GPU: share 1
 
 def target(launch=0.0, sync=0.0, copy_latency=0.0, memory_gbs=2.0):
     """A GPU whose overheads the test sets; copy bandwidth = memory_gbs / 2 GB/s (1 GB/s = 1000 bytes per us)."""
-    return Target("test", "test GPU", sms=80, fp32_tflops=10.0, gemm_tflops=10.0, fp16_tflops=10.0,
-                  memory_gbs=memory_gbs, launch_us=launch, sync_us=sync, copy_latency_us=copy_latency)
+    return Target(
+        "test",
+        "test GPU",
+        sms=80,
+        fp32_tflops=10.0,
+        gemm_tflops=10.0,
+        fp16_tflops=10.0,
+        memory_gbs=memory_gbs,
+        launch_us=launch,
+        sync_us=sync,
+        copy_latency_us=copy_latency,
+    )
 
 
 def graph(spec):
@@ -38,8 +49,15 @@ def graph(spec):
 
 def chains(shape):
     """x -> a -> b and x -> c -> d: two independent chains of two kernels."""
-    return graph([("x", "Placeholder", [], shape), ("a", "Relu", ["x"], shape), ("b", "Relu", ["a"], shape),
-                  ("c", "Relu", ["x"], shape), ("d", "Relu", ["c"], shape)])
+    return graph(
+        [
+            ("x", "Placeholder", [], shape),
+            ("a", "Relu", ["x"], shape),
+            ("b", "Relu", ["a"], shape),
+            ("c", "Relu", ["x"], shape),
+            ("d", "Relu", ["c"], shape),
+        ]
+    )
 
 
 def run(view, partition, streams, costs, gpu=None, batch_size=1):
@@ -99,8 +117,15 @@ def test_cross_stream_edge_costs_a_sync_and_a_copy():
 
 
 def test_one_copy_per_tensor_and_destination_stream():
-    view = graph([("x", "Placeholder", [], SMALL), ("a", "Relu", ["x"], [250]), ("b", "Relu", ["a"], [250]),
-                  ("c", "Relu", ["a"], [250]), ("d", "Relu", ["a"], [250])])
+    view = graph(
+        [
+            ("x", "Placeholder", [], SMALL),
+            ("a", "Relu", ["x"], [250]),
+            ("b", "Relu", ["a"], [250]),
+            ("c", "Relu", ["a"], [250]),
+            ("d", "Relu", ["a"], [250]),
+        ]
+    )
     r = run(view, {"b": 1, "c": 1, "d": 2}, 3, {k: 1 for k in "abcd"})
     assert (r.syncs, r.copies, r.copy_bytes) == (2, 2, 2000)
 
@@ -113,8 +138,14 @@ def test_control_edge_across_streams_costs_a_sync_but_no_copy():
 
 
 def test_host_launch_overhead_serializes_launches():
-    view = graph([("x", "Placeholder", [], SMALL), ("a", "Relu", ["x"], SMALL), ("b", "Relu", ["a"], SMALL),
-                  ("c", "Relu", ["b"], SMALL)])
+    view = graph(
+        [
+            ("x", "Placeholder", [], SMALL),
+            ("a", "Relu", ["x"], SMALL),
+            ("b", "Relu", ["a"], SMALL),
+            ("c", "Relu", ["b"], SMALL),
+        ]
+    )
     r = run(view, {}, 1, {"a": 1, "b": 1, "c": 1}, target(launch=3.0))
     # launched at 3, 6, 9; each runs 1 us right after its launch.
     assert [at(r, k, r.start) for k in "abc"] == [pytest.approx(3.0), pytest.approx(6.0), pytest.approx(9.0)]
@@ -134,24 +165,42 @@ def test_several_launch_threads_launch_at_once(threads, makespan):
 
 
 def test_long_kernels_hide_the_launches_behind_them():
-    view = graph([("x", "Placeholder", [], SMALL), ("a", "Relu", ["x"], SMALL), ("b", "Relu", ["a"], SMALL),
-                  ("c", "Relu", ["b"], SMALL)])
+    view = graph(
+        [
+            ("x", "Placeholder", [], SMALL),
+            ("a", "Relu", ["x"], SMALL),
+            ("b", "Relu", ["a"], SMALL),
+            ("c", "Relu", ["b"], SMALL),
+        ]
+    )
     r = run(view, {}, 1, {"a": 100, "b": 100, "c": 100}, target(launch=3.0))
     assert r.makespan_us == pytest.approx(303.0)
 
 
 def test_stream_is_in_order_even_for_independent_kernels():
     # a and c on one stream run one after the other although independent; b (other stream) waits for nothing.
-    view = graph([("x", "Placeholder", [], SMALL), ("a", "Relu", ["x"], SMALL), ("b", "Relu", ["x"], SMALL),
-                  ("c", "Relu", ["x"], SMALL)])
+    view = graph(
+        [
+            ("x", "Placeholder", [], SMALL),
+            ("a", "Relu", ["x"], SMALL),
+            ("b", "Relu", ["x"], SMALL),
+            ("c", "Relu", ["x"], SMALL),
+        ]
+    )
     r = run(view, {"b": 1}, 2, {"a": 10, "b": 10, "c": 10})
     assert r.makespan_us == pytest.approx(20.0)
     assert r.busy_us == [pytest.approx(20.0), pytest.approx(10.0)]
 
 
 def test_no_kernel_ops_pass_data_through_in_zero_time():
-    view = graph([("x", "Placeholder", [], SMALL), ("a", "Relu", ["x"], [250]), ("i", "Identity", ["a"], [250]),
-                  ("b", "Relu", ["i"], [250])])
+    view = graph(
+        [
+            ("x", "Placeholder", [], SMALL),
+            ("a", "Relu", ["x"], [250]),
+            ("i", "Identity", ["a"], [250]),
+            ("b", "Relu", ["i"], [250]),
+        ]
+    )
     r = run(view, {"b": 1}, 2, {"a": 10, "b": 10}, target(sync=2.0, copy_latency=3.0))
     # the Identity sits on stream 0 with a: the copy to stream 1 starts when a's data exists (t=10).
     assert r.makespan_us == pytest.approx(10 + 2 + 3 + 1 + 10)
@@ -175,8 +224,13 @@ def test_a_function_body_runs_where_its_caller_runs_unless_placed():
     model = load(SAMPLES / "towers_tf2")
     view = GraphView(model.graph_def)
     cm = CostModel(view, model, target="v100", batch_size=4)
-    call = next(n.key for n in view.real_nodes() if n.function == "" and n.op == "StatefulPartitionedCall"
-                and any(cm.tasks.instances[k][0] == n.key for k in range(1, len(cm.tasks.instances))))
+    call = next(
+        n.key
+        for n in view.real_nodes()
+        if n.function == ""
+        and n.op == "StatefulPartitionedCall"
+        and any(cm.tasks.instances[k][0] == n.key for k in range(1, len(cm.tasks.instances)))
+    )
     r = simulate(view, {call: 1}, 2, cm)
     body = [i for i in range(len(cm)) if cm.tasks.instance[i] != 0]
     assert body and all(r.stream_of[i] == 1 for i in body)
@@ -206,9 +260,23 @@ def test_towers_overlap_on_two_streams(batch):
     assert min(rep["stream_busy_ms"]) > 0
 
 
-@pytest.mark.parametrize("name", ["linreg_tf1", "linreg_tf2", "towers_tf1", "towers_tf2", "stage_tf1", "stage_tf2",
-                                  "deepfm_tf1", "deepfm_tf2", "linreg_frozen.pb", "linreg_frozen.pbtxt",
-                                  "towers_tf1.meta", "custom_op_tf1"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "linreg_tf1",
+        "linreg_tf2",
+        "towers_tf1",
+        "towers_tf2",
+        "stage_tf1",
+        "stage_tf2",
+        "deepfm_tf1",
+        "deepfm_tf2",
+        "linreg_frozen.pb",
+        "linreg_frozen.pbtxt",
+        "towers_tf1.meta",
+        "custom_op_tf1",
+    ],
+)
 @pytest.mark.parametrize("streams", [1, 3])
 def test_every_sample_simulates_within_its_bounds(name, streams):
     model = load(SAMPLES / name)
@@ -253,12 +321,33 @@ def test_timeline_is_chrome_trace_with_a_track_per_stream_and_flows():
 
 def test_simulate_command_json_and_timeline(msopt, tmp_path):
     trace = tmp_path / "trace.json"
-    result = msopt("simulate", SAMPLES / "towers_tf2", "--streams", 2, "--policy", "none", "--target", "t4",
-                   "--batch-size", 16, "--timeline", trace, "--json")
+    result = msopt(
+        "simulate",
+        SAMPLES / "towers_tf2",
+        "--streams",
+        2,
+        "--policy",
+        "none",
+        "--target",
+        "t4",
+        "--batch-size",
+        16,
+        "--timeline",
+        trace,
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    for key in ("makespan_ms", "single_stream_ms", "speedup", "lower_bound_ms", "ratio_to_bound", "syncs", "copy_bytes",
-                "stream_busy_ms"):
+    for key in (
+        "makespan_ms",
+        "single_stream_ms",
+        "speedup",
+        "lower_bound_ms",
+        "ratio_to_bound",
+        "syncs",
+        "copy_bytes",
+        "stream_busy_ms",
+    ):
         assert key in doc
     assert doc["target"] == "t4" and doc["batch_size"] == 16 and doc["streams"] == 2 and doc["launch_threads"] == 1
     assert doc["makespan_ms"] == pytest.approx(doc["single_stream_ms"])  # policy none: no _stream_id on this model
@@ -271,11 +360,14 @@ def test_simulate_command_text_and_existing_streams(msopt):
     assert "makespan" in result.stdout and "lower bound" in result.stdout and "syncs 1" in result.stdout
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--target", "k80"], ["unknown target", "h100"]),
-    (["--batch-size", "0"], ["batch-size"]),
-    (["--streams", "1", "--policy", "none"], ["outside [0, 1)"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--target", "k80"], ["unknown target", "h100"]),
+        (["--batch-size", "0"], ["batch-size"]),
+        (["--streams", "1", "--policy", "none"], ["outside [0, 1)"]),
+    ],
+)
 def test_simulate_command_bad_input(msopt, args, words):
     result = msopt("simulate", SAMPLES / "linreg_tf1", *args)
     assert result.returncode == 2 and result.stdout == ""
@@ -285,8 +377,21 @@ def test_simulate_command_bad_input(msopt, args, words):
 
 def test_partition_report_carries_the_simulated_figures(msopt, tmp_path):
     out = tmp_path / "out"
-    result = msopt("partition", SAMPLES / "linreg_tf1", "--streams", 2, "--policy", "none", "-o", out,
-                   "--target", "v100", "--batch-size", 4, "--json")
+    result = msopt(
+        "partition",
+        SAMPLES / "linreg_tf1",
+        "--streams",
+        2,
+        "--policy",
+        "none",
+        "-o",
+        out,
+        "--target",
+        "v100",
+        "--batch-size",
+        4,
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     sim = json.loads(result.stdout)["simulated"]
     assert sim["target"] == "v100" and sim["batch_size"] == 4 and sim["streams"] == 2
@@ -296,13 +401,37 @@ def test_partition_report_carries_the_simulated_figures(msopt, tmp_path):
 def test_times_measured_by_the_runner_drive_the_simulation(msopt, tmp_path):
     """msopt run --profile writes real per-op times (TensorFlow on the CPU here); simulate --costs reads them."""
     profile = tmp_path / "costs.json"
-    ran = msopt("run", SAMPLES / "towers_tf2", "--device", "cpu", "--iterations", 2, "--warmup", 1, "--batch-size", 4,
-                "--profile", profile, "--json")
+    ran = msopt(
+        "run",
+        SAMPLES / "towers_tf2",
+        "--device",
+        "cpu",
+        "--iterations",
+        2,
+        "--warmup",
+        1,
+        "--batch-size",
+        4,
+        "--profile",
+        profile,
+        "--json",
+    )
     assert ran.returncode == 0, ran.stderr
     measured = json.loads(profile.read_text())
     assert measured["unit"] == "us" and measured["ops"]
-    result = msopt("simulate", SAMPLES / "towers_tf2", "--streams", 2, "--policy", "none", "--batch-size", 4,
-                   "--costs", profile, "--json")
+    result = msopt(
+        "simulate",
+        SAMPLES / "towers_tf2",
+        "--streams",
+        2,
+        "--policy",
+        "none",
+        "--batch-size",
+        4,
+        "--costs",
+        profile,
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     model = load(SAMPLES / "towers_tf2")

@@ -1,11 +1,11 @@
 """msopt.stream: DeepRec's tf.stream semantics on tf.compat.v1 graphs, the session config, and the seed's example end to end."""
+
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, run_msopt
 
 tf = pytest.importorskip("tensorflow")
@@ -67,7 +67,7 @@ def test_gradients_colocated_with_ops_take_their_stream():
         with msopt.stream(1):
             w = tf.Variable([[2.0]], name="w")
             y = tf.matmul(x, w, name="y")
-        grad, = v1.gradients(tf.reduce_sum(y), [w], colocate_gradients_with_ops=True)
+        (grad,) = v1.gradients(tf.reduce_sum(y), [w], colocate_gradients_with_ops=True)
     assert stream_of(grad.op) == 1 and stream_of(y.op) == 1
 
 
@@ -99,16 +99,24 @@ def test_session_config_is_the_stock_equivalent():
 
 
 def run_example(*args):
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "deeprec_linreg.py"), *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "deeprec_linreg.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
 @pytest.fixture(scope="module")
 def example_runs():
-    return (run_example("--device-type", "cpu", "--steps", "300", "--json"),
-            run_example("--device-type", "cpu", "--steps", "300", "--json", "--no-streams"))
+    return (
+        run_example("--device-type", "cpu", "--steps", "300", "--json"),
+        run_example("--device-type", "cpu", "--steps", "300", "--json", "--no-streams"),
+    )
 
 
 def test_example_trains_to_the_same_losses_as_without_streams(example_runs):
@@ -128,8 +136,13 @@ def test_example_runs_each_stream_on_its_own_device(example_runs):
 
 
 def test_example_cli_prints_the_seed_output():
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "deeprec_linreg.py"), "--device-type", "cpu",
-                           "--steps", "101"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "deeprec_linreg.py"), "--device-type", "cpu", "--steps", "101"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("Step:0, loss==") and lines[-1].startswith("Linear Regression Model: Z=")

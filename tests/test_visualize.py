@@ -1,4 +1,5 @@
 """msopt visualize: folded scope pictures rendered with the real dot, and the HTML report checked in headless Chromium."""
+
 import json
 import re
 import shutil
@@ -8,8 +9,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLES, run_msopt
+
 from msopt import visualize as draw
 from msopt.graph import GraphView
 from msopt.load import load
@@ -105,10 +106,16 @@ def test_expand_names_an_existing_scope():
 
 # -- pictures with the real dot ------------------------------------------------------------------
 SAMPLE_RUNS = [
-    ("linreg_tf1", []), ("linreg_tf2", []), ("linreg_frozen.pb", []), ("towers_tf1.meta", []),
-    ("towers_tf1", ["--policy", "towers", "--streams", "2"]), ("towers_tf2", ["--policy", "towers", "--streams", "2"]),
-    ("stage_tf1", ["--policy", "stage", "--streams", "2"]), ("stage_tf2", ["--policy", "stage", "--streams", "2"]),
-    ("deepfm_tf1", ["--policy", "embedding", "--streams", "4"]), ("deepfm_tf2", ["--policy", "embedding", "--streams", "4"]),
+    ("linreg_tf1", []),
+    ("linreg_tf2", []),
+    ("linreg_frozen.pb", []),
+    ("towers_tf1.meta", []),
+    ("towers_tf1", ["--policy", "towers", "--streams", "2"]),
+    ("towers_tf2", ["--policy", "towers", "--streams", "2"]),
+    ("stage_tf1", ["--policy", "stage", "--streams", "2"]),
+    ("stage_tf2", ["--policy", "stage", "--streams", "2"]),
+    ("deepfm_tf1", ["--policy", "embedding", "--streams", "4"]),
+    ("deepfm_tf2", ["--policy", "embedding", "--streams", "4"]),
     ("custom_op_tf1", []),
 ]
 
@@ -199,8 +206,12 @@ def test_without_dot_writes_the_dot_file_and_says_how_to_render(tmp_path):
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
-    for args in (["-o", tmp_path / "x.jpg"], ["--expand", "nowhere", "-o", tmp_path / "x.dot"],
-                 ["--signature", "nope", "-o", tmp_path / "x.dot"], ["--policy", "towers", "--rules", __file__]):
+    for args in (
+        ["-o", tmp_path / "x.jpg"],
+        ["--expand", "nowhere", "-o", tmp_path / "x.dot"],
+        ["--signature", "nope", "-o", tmp_path / "x.dot"],
+        ["--policy", "towers", "--rules", __file__],
+    ):
         result = run_msopt("visualize", SAMPLES / "deepfm_tf1", *args)
         assert result.returncode == 2, (args, result.stderr)
         assert result.stderr.startswith("msopt: error: ") and len(result.stderr.strip().splitlines()) == 1
@@ -208,8 +219,18 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 
 def test_timeline_is_a_chrome_trace_with_a_track_per_stream(tmp_path):
     trace = tmp_path / "trace.json"
-    result = run_msopt("visualize", SAMPLES / "towers_tf2", "--policy", "towers", "--streams", "2",
-                       "-o", tmp_path / "t.dot", "--timeline", trace)
+    result = run_msopt(
+        "visualize",
+        SAMPLES / "towers_tf2",
+        "--policy",
+        "towers",
+        "--streams",
+        "2",
+        "-o",
+        tmp_path / "t.dot",
+        "--timeline",
+        trace,
+    )
     assert result.returncode == 0, result.stderr
     events = json.loads(trace.read_text())
     events = events["traceEvents"] if isinstance(events, dict) else events
@@ -223,10 +244,26 @@ def chromium_dom(html_path, fragment=""):
     """(DOM after load, console lines) from headless Chromium with a fresh profile."""
     with tempfile.TemporaryDirectory() as profile:
         result = subprocess.run(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--dump-dom", Path(html_path).as_uri() + fragment],
-            capture_output=True, text=True, timeout=120)
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                "--enable-logging=stderr",
+                "--v=0",
+                "--dump-dom",
+                Path(html_path).as_uri() + fragment,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     console = [line for line in result.stderr.splitlines() if ":CONSOLE" in line]
     return result.stdout, console
 
@@ -242,8 +279,13 @@ def test_console_errors_are_seen(tmp_path):
 
 @needs_dot
 @needs_chromium
-@pytest.mark.parametrize("name,args", [("towers_tf2", ["--policy", "towers", "--streams", "2"]),
-                                       ("deepfm_tf1", ["--policy", "embedding", "--streams", "4"])])
+@pytest.mark.parametrize(
+    "name,args",
+    [
+        ("towers_tf2", ["--policy", "towers", "--streams", "2"]),
+        ("deepfm_tf1", ["--policy", "embedding", "--streams", "4"]),
+    ],
+)
 def test_html_report_loads_in_chromium_without_console_errors(tmp_path, name, args):
     report = tmp_path / "report.html"
     result = run_msopt("visualize", SAMPLES / name, "-o", report, "--json", *args)
@@ -271,7 +313,7 @@ def test_html_report_loads_in_chromium_without_console_errors(tmp_path, name, ar
 @needs_dot
 def test_rules_file_partitions_on_the_fly(tmp_path):
     rules = tmp_path / "rules.yaml"
-    rules.write_text("rules:\n  - scope: \"tower_1/\"\n    stream: 1\n")
+    rules.write_text('rules:\n  - scope: "tower_1/"\n    stream: 1\n')
     out = tmp_path / "towers.svg"
     result = run_msopt("visualize", SAMPLES / "towers_tf1", "--rules", rules, "--streams", "2", "-o", out, "--json")
     assert result.returncode == 0, result.stderr
@@ -282,7 +324,9 @@ def test_rules_file_partitions_on_the_fly(tmp_path):
         if texts and g.get("class", "").startswith("node"):
             boxes[texts[0]] = g.get("class")
     assert boxes["tower_1"] == "node stream1"
-    assert boxes["tower_0"].startswith("node stream0")  # the constraints may pull a few ops to the shared weights' stream
+    assert boxes["tower_0"].startswith(
+        "node stream0"
+    )  # the constraints may pull a few ops to the shared weights' stream
 
 
 def test_help_ends_with_examples_that_run(tmp_path):

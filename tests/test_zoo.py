@@ -3,10 +3,10 @@
 Every command runs on generated inputs and must succeed with a silent stderr (no TensorFlow log lines).
 A model that fails is a failing test, never a skipped one.
 """
+
 import json
 
 import pytest
-
 from conftest import keras_application, run_msopt, transformer_encoder
 from zoo_models import zoo_model
 
@@ -57,7 +57,25 @@ def test_zoo_inspect_run_visualize(name, tmp_path):
 @pytest.mark.parametrize("name, policy", [(n, p) for n, policies in sorted(POLICIES.items()) for p in policies])
 def test_zoo_partition_verifies_bitwise(name, policy, tmp_path):
     out = tmp_path / "out"
-    report = json.loads(ok(run_msopt("partition", model_path(name), "-n", 2, "--policy", policy, "--placement", "device",
-                                     "--device-type", "cpu", "--verify", "-o", out, "--json")))
+    report = json.loads(
+        ok(
+            run_msopt(
+                "partition",
+                model_path(name),
+                "-n",
+                2,
+                "--policy",
+                policy,
+                "--placement",
+                "device",
+                "--device-type",
+                "cpu",
+                "--verify",
+                "-o",
+                out,
+                "--json",
+            )
+        )
+    )
     assert report["verify"]["ok"] and report["verify"]["max_abs_diff"] == 0, report["verify"]
     assert report["verify"]["inputs"] == "generated"

@@ -1,4 +1,5 @@
 """Real models built by libraries at test time (no weights downloaded), cached on disk between runs."""
+
 import shutil
 import subprocess
 import sys
@@ -113,7 +114,13 @@ keras.utils.set_random_seed(0)
 keras.applications.MobileNetV3Small(weights=None, input_shape=(64, 64, 3)).export(target + ".building", verbose=False)
 """
 
-BUILDERS = {"keras3_mobilenet_v3": KERAS3_APPLICATION, "din": DIN, "deepfm": DEEPFM, "tf1_training": TF1_TRAINING, "lookup": LOOKUP}
+BUILDERS = {
+    "keras3_mobilenet_v3": KERAS3_APPLICATION,
+    "din": DIN,
+    "deepfm": DEEPFM,
+    "tf1_training": TF1_TRAINING,
+    "lookup": LOOKUP,
+}
 
 
 def zoo_model(name):

@@ -2,6 +2,7 @@
 
 Usage: python tools/gen_docs.py [--check]   (--check: exit 1 if a generated table is out of date)
 """
+
 import sys
 from pathlib import Path
 

@@ -3,6 +3,7 @@
 Run with TensorFlow installed (it is the source of the schema); msopt itself reads
 the set without TensorFlow.
 """
+
 from pathlib import Path
 
 from google.protobuf import descriptor_pb2

@@ -1,4 +1,5 @@
 """What the commands print: status lines on stderr, JSON documents on stdout or in files."""
+
 import json
 import sys
 

@@ -1,4 +1,5 @@
 """The `msopt inspect` command: a model's format, signatures, sizes, op types, streams and devices."""
+
 import json
 
 import click

@@ -1,4 +1,5 @@
 """The command-line options the commands share, each declared once (help text, type, default)."""
+
 import click
 
 from msopt.rules import policy_help
@@ -6,23 +7,47 @@ from msopt.rules import policy_help
 MODEL = click.argument("model", type=click.Path(path_type=str))
 TAGS = click.option("--tags", default=None, help="SavedModel tag set to use, comma-separated (default: serve).")
 JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout and nothing else.")
-TARGET = click.option("--target", default=None, metavar="GPU",
-                      help="GPU profile of the simulated figures: h100, a100, v100 or t4 (default: h100).")
-BATCH_SIZE = click.option("--batch-size", type=int, default=1, show_default=True,
-                          help="Size of the unknown batch dimension of the inputs, for the cost model.")
-COSTS = click.option("--costs", type=click.Path(dir_okay=False), default=None,
-                     help='Measured per-op times, JSON {"unit": "us", "ops": {"<node key>": time}}; they replace the model\'s.')
-SIGNATURE = click.option("--signature", default=None, help="Signature to plan for (default: serving_default, else the first).")
-BOUNDARY = click.option("--boundary", multiple=True, metavar="TENSOR",
-                        help="--policy stage: the stage is everything upstream of these tensors (repeatable; default: found).")
+TARGET = click.option(
+    "--target",
+    default=None,
+    metavar="GPU",
+    help="GPU profile of the simulated figures: h100, a100, v100 or t4 (default: h100).",
+)
+BATCH_SIZE = click.option(
+    "--batch-size",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Size of the unknown batch dimension of the inputs, for the cost model.",
+)
+COSTS = click.option(
+    "--costs",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help='Measured per-op times, JSON {"unit": "us", "ops": {"<node key>": time}}; they replace the model\'s.',
+)
+SIGNATURE = click.option(
+    "--signature", default=None, help="Signature to plan for (default: serving_default, else the first)."
+)
+BOUNDARY = click.option(
+    "--boundary",
+    multiple=True,
+    metavar="TENSOR",
+    help="--policy stage: the stage is everything upstream of these tensors (repeatable; default: found).",
+)
 OVERRIDE = click.option("--override", is_flag=True, help="Rules win over _stream_id attributes already on the nodes.")
-TIMELINE = click.option("--timeline", type=click.Path(dir_okay=False), default=None,
-                        help="Write the simulated schedule as Chrome trace-event JSON (open it in Perfetto or chrome://tracing).")
+TIMELINE = click.option(
+    "--timeline",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the simulated schedule as Chrome trace-event JSON (open it in Perfetto or chrome://tracing).",
+)
 
 
 def streams(default=4, help="Number of streams."):
-    return click.option("--streams", "-n", type=click.IntRange(1, 1024), default=default, show_default=default is not None,
-                        help=help)
+    return click.option(
+        "--streams", "-n", type=click.IntRange(1, 1024), default=default, show_default=default is not None, help=help
+    )
 
 
 def policy(help="Partition rule (see `msopt partition --help`). Default: auto when available, else none."):
@@ -30,8 +55,12 @@ def policy(help="Partition rule (see `msopt partition --help`). Default: auto wh
 
 
 def rules(must_exist=False):
-    return click.option("--rules", type=click.Path(exists=must_exist, dir_okay=False), default=None,
-                        help="YAML rules file for --policy manual (implies it).")
+    return click.option(
+        "--rules",
+        type=click.Path(exists=must_exist, dir_okay=False),
+        default=None,
+        help="YAML rules file for --policy manual (implies it).",
+    )
 
 
 def policies_block():

@@ -1,9 +1,10 @@
 """The `msopt partition` command: plan, write the rewritten model, report (optionally verified in TensorFlow)."""
+
 import click
 
+from msopt.api import MAX_WARNINGS
 from msopt.commands import options as opt
 from msopt.commands.echo import print_json, progress
-from msopt.api import MAX_WARNINGS
 from msopt.errors import VerifyFailed
 
 HELP = f"""Assign every op of MODEL to one of N streams and write the rewritten model.
@@ -32,20 +33,44 @@ Example:
 @opt.MODEL
 @opt.streams()
 @opt.policy("Partition rule (see below). Default: auto when available, else none.")
-@click.option("--placement", type=click.Choice(["attr", "device"]), default="attr", show_default=True,
-              help="attr: write _stream_id only; device: also set each node's device to its stream's device.")
-@click.option("--device-type", type=click.Choice(["gpu", "cpu"]), default="gpu", show_default=True,
-              help="Device kind named by --placement device (/device:GPU:k or /device:CPU:k).")
+@click.option(
+    "--placement",
+    type=click.Choice(["attr", "device"]),
+    default="attr",
+    show_default=True,
+    help="attr: write _stream_id only; device: also set each node's device to its stream's device.",
+)
+@click.option(
+    "--device-type",
+    type=click.Choice(["gpu", "cpu"]),
+    default="gpu",
+    show_default=True,
+    help="Device kind named by --placement device (/device:GPU:k or /device:CPU:k).",
+)
 @click.option("-o", "--output", default=None, help="Where to write the model (default: <input>_ms<N> beside it).")
 @click.option("--force", is_flag=True, help="Replace an existing output.")
 @click.option("--report", type=click.Path(dir_okay=False), default=None, help="Write the JSON report to this file.")
-@click.option("--verify", is_flag=True, help="Run original and rewritten model in TensorFlow; exit 1 unless outputs are "
-              "identical. The rewrite reaches the output only once verified: on a failure nothing is written.")
-@click.option("--inputs", "inputs_npz", type=click.Path(dir_okay=False), default=None,
-              help="--verify on the arrays of this .npz (one per signature input) instead of generated inputs.")
-@click.option("--tolerance", type=click.FloatRange(min=0), default=None, metavar="X",
-              help="--verify: accept outputs that differ by at most X (absolute); the report says they are not "
-                   "bitwise equal. Default: bitwise equality.")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Run original and rewritten model in TensorFlow; exit 1 unless outputs are "
+    "identical. The rewrite reaches the output only once verified: on a failure nothing is written.",
+)
+@click.option(
+    "--inputs",
+    "inputs_npz",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="--verify on the arrays of this .npz (one per signature input) instead of generated inputs.",
+)
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="X",
+    help="--verify: accept outputs that differ by at most X (absolute); the report says they are not "
+    "bitwise equal. Default: bitwise equality.",
+)
 @opt.TARGET
 @opt.BATCH_SIZE
 @opt.COSTS
@@ -55,16 +80,54 @@ Example:
 @opt.BOUNDARY
 @opt.TAGS
 @opt.JSON
-def partition(model, streams, policy, placement, device_type, output, force, report, verify, inputs_npz, tolerance, target,
-              batch_size, costs, rules, override, no_const_dup, boundary, tags, as_json):
+def partition(
+    model,
+    streams,
+    policy,
+    placement,
+    device_type,
+    output,
+    force,
+    report,
+    verify,
+    inputs_npz,
+    tolerance,
+    target,
+    batch_size,
+    costs,
+    rules,
+    override,
+    no_const_dup,
+    boundary,
+    tags,
+    as_json,
+):
     from msopt import api
 
     try:
-        document = api.partition(model, streams, policy, output, placement=placement, device_type=device_type,
-                                 force=force, verify=verify, inputs=inputs_npz, tolerance=tolerance, target=target,
-                                 batch_size=batch_size, costs=costs, rules=rules, override=override, const_dup=not no_const_dup, boundary=boundary,
-                                 tags=tags, report=report, progress=progress,
-                                 warn=lambda line: click.echo(f"msopt: warning: {line}", err=True))
+        document = api.partition(
+            model,
+            streams,
+            policy,
+            output,
+            placement=placement,
+            device_type=device_type,
+            force=force,
+            verify=verify,
+            inputs=inputs_npz,
+            tolerance=tolerance,
+            target=target,
+            batch_size=batch_size,
+            costs=costs,
+            rules=rules,
+            override=override,
+            const_dup=not no_const_dup,
+            boundary=boundary,
+            tags=tags,
+            report=report,
+            progress=progress,
+            warn=lambda line: click.echo(f"msopt: warning: {line}", err=True),
+        )
     except VerifyFailed as failed:
         show(failed.document, as_json)
         raise
@@ -87,25 +150,33 @@ def format_text(doc):
     for merge in doc["constraint_merges"]:
         kinds.setdefault(merge["constraint"], []).append(merge)
     for kind, merges in kinds.items():
-        lines.append(f"  constraint {kind}: moved {sum(len(m['moved']) for m in merges)} node(s) in {len(merges)} group(s), "
-                     f"e.g. {merges[0]['moved'][0]} to stream {merges[0]['stream']}")
+        lines.append(
+            f"  constraint {kind}: moved {sum(len(m['moved']) for m in merges)} node(s) in {len(merges)} group(s), "
+            f"e.g. {merges[0]['moved'][0]} to stream {merges[0]['stream']}"
+        )
     if doc["const_copies"]:
-        lines.append(f"  const copies: {sum(map(len, doc['const_copies'].values()))} of {len(doc['const_copies'])} Const node(s)")
+        lines.append(
+            f"  const copies: {sum(map(len, doc['const_copies'].values()))} of {len(doc['const_copies'])} Const node(s)"
+        )
     unmatched = doc.get("unmatched_rules", [])
     for row in unmatched[:MAX_WARNINGS]:
         lines.append(f"  rule {row['rule']} (line {row['line']}) matched no node")
     if len(unmatched) > MAX_WARNINGS:
         lines.append(f"  ... and {len(unmatched) - MAX_WARNINGS} more rules that matched no node")
     sim = doc["simulated"]
-    lines.append(f"  simulated on {sim['target']}: {sim['makespan_ms']:.4g} ms vs {sim['single_stream_ms']:.4g} ms on one stream "
-                 f"(speedup {sim['speedup']:.3g}x, ratio to bound {sim['ratio_to_bound']:.3g})")
+    lines.append(
+        f"  simulated on {sim['target']}: {sim['makespan_ms']:.4g} ms vs {sim['single_stream_ms']:.4g} ms on one stream "
+        f"(speedup {sim['speedup']:.3g}x, ratio to bound {sim['ratio_to_bound']:.3g})"
+    )
     lines.extend(f"  {note}" for note in doc.get("notes", []))
     if "verify" in doc:
         v = doc["verify"]
         state = "identical" if v.get("identical", v["ok"]) else "DIFFERENT"
         if v["ok"] and state == "DIFFERENT":
             state = f"NOT bitwise equal, accepted by --tolerance {v['tolerance']:g}"
-        lines.append(f"  verify: outputs {state} on {len(v['signatures'])} signature(s), max abs diff {v['max_abs_diff']:g}")
+        lines.append(
+            f"  verify: outputs {state} on {len(v['signatures'])} signature(s), max abs diff {v['max_abs_diff']:g}"
+        )
         for row in v.get("differences", [])[:3]:
             lines.append(f"    {row['node'] + ': ' if row['node'] else ''}{row['why']}")
     return "\n".join(lines)

@@ -1,4 +1,5 @@
 """The `msopt simulate` command: plan a partition, simulate it on a target GPU, report and draw the timeline."""
+
 import click
 
 from msopt.commands import options as opt
@@ -12,8 +13,12 @@ from msopt.commands.echo import print_json, progress
 @opt.TARGET
 @opt.BATCH_SIZE
 @opt.COSTS
-@click.option("--launch-threads", type=click.IntRange(1, 256), default=None,
-              help="Host threads launching kernels at once (default 1: TensorFlow's launches mostly serialize).")
+@click.option(
+    "--launch-threads",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="Host threads launching kernels at once (default 1: TensorFlow's launches mostly serialize).",
+)
 @opt.SIGNATURE
 @opt.TIMELINE
 @opt.BOUNDARY
@@ -21,8 +26,22 @@ from msopt.commands.echo import print_json, progress
 @opt.OVERRIDE
 @opt.TAGS
 @opt.JSON
-def simulate(model, streams, policy, target, batch_size, costs, launch_threads, signature, timeline, boundary, rules,
-             override, tags, as_json):
+def simulate(
+    model,
+    streams,
+    policy,
+    target,
+    batch_size,
+    costs,
+    launch_threads,
+    signature,
+    timeline,
+    boundary,
+    rules,
+    override,
+    tags,
+    as_json,
+):
     """Simulate one run of MODEL on N streams of a GPU and report how much the partition is worth.
 
     Plans the partition as `msopt partition` would (rule, then constraints), then runs a
@@ -39,9 +58,22 @@ def simulate(model, streams, policy, target, batch_size, costs, launch_threads, 
     """
     from msopt import api
 
-    document = api.simulate(model, streams, policy, target=target, batch_size=batch_size, costs=costs,
-                            launch_threads=launch_threads, signature=signature, boundary=boundary, rules=rules,
-                            override=override, timeline=timeline, tags=tags, progress=progress)
+    document = api.simulate(
+        model,
+        streams,
+        policy,
+        target=target,
+        batch_size=batch_size,
+        costs=costs,
+        launch_threads=launch_threads,
+        signature=signature,
+        boundary=boundary,
+        rules=rules,
+        override=override,
+        timeline=timeline,
+        tags=tags,
+        progress=progress,
+    )
     if as_json:
         print_json(document)
     else:
@@ -49,15 +81,23 @@ def simulate(model, streams, policy, target, batch_size, costs, launch_threads, 
 
 
 def format_text(doc):
-    lines = [f"{doc['model']}: policy {doc['policy']}, {doc['streams']} streams, {doc['target']}, batch {doc['batch_size']}"]
-    lines.append(f"  makespan {doc['makespan_ms']:.4g} ms vs {doc['single_stream_ms']:.4g} ms on one stream "
-                 f"(speedup {doc['speedup']:.3g}x)")
-    lines.append(f"  lower bound {doc['lower_bound_ms']:.4g} ms (critical path {doc['critical_path_ms']:.4g}, total work "
-                 f"{doc['total_work_ms']:.4g}, host launches {doc['host_launch_ms']:.4g}); ratio to bound {doc['ratio_to_bound']:.3g}")
+    lines = [
+        f"{doc['model']}: policy {doc['policy']}, {doc['streams']} streams, {doc['target']}, batch {doc['batch_size']}"
+    ]
+    lines.append(
+        f"  makespan {doc['makespan_ms']:.4g} ms vs {doc['single_stream_ms']:.4g} ms on one stream "
+        f"(speedup {doc['speedup']:.3g}x)"
+    )
+    lines.append(
+        f"  lower bound {doc['lower_bound_ms']:.4g} ms (critical path {doc['critical_path_ms']:.4g}, total work "
+        f"{doc['total_work_ms']:.4g}, host launches {doc['host_launch_ms']:.4g}); ratio to bound {doc['ratio_to_bound']:.3g}"
+    )
     lines.append(f"  syncs {doc['syncs']}, copies {doc['copies']} ({doc['copy_bytes']} bytes)")
     lines.append("  busy per stream (ms): " + ", ".join(f"{i}: {b:.4g}" for i, b in enumerate(doc["stream_busy_ms"])))
-    lines.append(f"  ops run {doc['ops_run']}, kernels {doc['kernels']}, unknown shapes {doc['ops_with_unknown_shape']}, "
-                 f"measured {doc['ops_measured']}")
+    lines.append(
+        f"  ops run {doc['ops_run']}, kernels {doc['kernels']}, unknown shapes {doc['ops_with_unknown_shape']}, "
+        f"measured {doc['ops_measured']}"
+    )
     for note in doc["notes"]:
         lines.append(f"  note: {note}")
     if "timeline" in doc:

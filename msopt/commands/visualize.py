@@ -16,17 +16,32 @@ Example:
 
 @click.command(epilog=EXAMPLE)
 @opt.MODEL
-@click.option("-o", "--output", default=None,
-              help="Picture or report to write (replaced if present): .svg .png .pdf .dot or .html "
-                   "(default: <model name>.svg here).")
-@opt.streams(None, "Number of streams (default: what the model's _stream_id attributes use; 4 with --policy or --rules).")
+@click.option(
+    "-o",
+    "--output",
+    default=None,
+    help="Picture or report to write (replaced if present): .svg .png .pdf .dot or .html "
+    "(default: <model name>.svg here).",
+)
+@opt.streams(
+    None, "Number of streams (default: what the model's _stream_id attributes use; 4 with --policy or --rules)."
+)
 @opt.policy("Partition on the fly with this rule (default: none, the model's own _stream_id).")
 @opt.rules(must_exist=True)
 @opt.OVERRIDE
-@click.option("--depth", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Name-scope levels drawn open; deeper scopes fold into boxes.")
-@click.option("--expand", multiple=True, metavar="SCOPE",
-              help="Also open this scope (and the scopes around it); repeat for several.")
+@click.option(
+    "--depth",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Name-scope levels drawn open; deeper scopes fold into boxes.",
+)
+@click.option(
+    "--expand",
+    multiple=True,
+    metavar="SCOPE",
+    help="Also open this scope (and the scopes around it); repeat for several.",
+)
 @opt.SIGNATURE
 @opt.TARGET
 @opt.BATCH_SIZE
@@ -35,8 +50,24 @@ Example:
 @opt.BOUNDARY
 @opt.TAGS
 @opt.JSON
-def visualize(model, output, streams, policy, rules, override, depth, expand, signature, target, batch_size, costs,
-              timeline, boundary, tags, as_json):
+def visualize(
+    model,
+    output,
+    streams,
+    policy,
+    rules,
+    override,
+    depth,
+    expand,
+    signature,
+    target,
+    batch_size,
+    costs,
+    timeline,
+    boundary,
+    tags,
+    as_json,
+):
     """Draw which stream each op of MODEL runs on, folded by name scope so that big models stay readable.
 
     Draws the computation of one signature: TF2 function calls are opened (a called body
@@ -53,14 +84,33 @@ def visualize(model, output, streams, policy, rules, override, depth, expand, si
     """
     from msopt.drawing import draw
 
-    document = draw(model, output, streams, policy, rules, override, depth, expand, signature, target, batch_size, costs,
-                    timeline, boundary, tags, progress=progress, warn=lambda note: click.echo(f"msopt: {note}", err=True))
+    document = draw(
+        model,
+        output,
+        streams,
+        policy,
+        rules,
+        override,
+        depth,
+        expand,
+        signature,
+        target,
+        batch_size,
+        costs,
+        timeline,
+        boundary,
+        tags,
+        progress=progress,
+        warn=lambda note: click.echo(f"msopt: {note}", err=True),
+    )
     for note in document["notes"]:
         click.echo(f"msopt: {note}", err=True)
     if as_json:
         print_json(document)
     else:
         ops, streams = document["ops_shown"], document["streams"]
-        click.echo(f"wrote {document['output']} ({ops} op{'' if ops == 1 else 's'} of signature "
-                   f"{document['signature'] or '(whole graph)'}, {streams} stream{'' if streams == 1 else 's'}, "
-                   f"{document['elapsed_s']} s)")
+        click.echo(
+            f"wrote {document['output']} ({ops} op{'' if ops == 1 else 's'} of signature "
+            f"{document['signature'] or '(whole graph)'}, {streams} stream{'' if streams == 1 else 's'}, "
+            f"{document['elapsed_s']} s)"
+        )

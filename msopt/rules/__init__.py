@@ -3,6 +3,7 @@
 Rules are imported lazily by name so that a command pays only for the rule it runs. Policy auto
 is listed here too, but it is a search above the rules (msopt.rules.auto), run by the plan layer.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -14,13 +15,37 @@ from msopt.errors import InputError
 AUTO = "auto"
 POLICIES = {
     "none": ("msopt.rules.existing", "keep_existing", "keep the _stream_id attributes already on the nodes"),
-    "manual": ("msopt.rules.manual", "manual", "a rules file (--rules): node name regex, scope, op type or function -> stream"),
-    "auto": ("msopt.rules.auto", "search", "cost-aware schedule over at most N streams, best simulated makespan (default)"),
-    "chains": ("msopt.rules.chains", "chains", "path cover of the graph (Nimble / FULL_GRAPH_PARTITION) folded onto N streams"),
-    "embedding": ("msopt.rules.embedding", "embedding", "each feature's embedding lookup on a stream, balanced by cost"),
-    "towers": ("msopt.rules.towers", "towers", "replicated towers (tower_k, replica_k, identical branches) one per stream"),
+    "manual": (
+        "msopt.rules.manual",
+        "manual",
+        "a rules file (--rules): node name regex, scope, op type or function -> stream",
+    ),
+    "auto": (
+        "msopt.rules.auto",
+        "search",
+        "cost-aware schedule over at most N streams, best simulated makespan (default)",
+    ),
+    "chains": (
+        "msopt.rules.chains",
+        "chains",
+        "path cover of the graph (Nimble / FULL_GRAPH_PARTITION) folded onto N streams",
+    ),
+    "embedding": (
+        "msopt.rules.embedding",
+        "embedding",
+        "each feature's embedding lookup on a stream, balanced by cost",
+    ),
+    "towers": (
+        "msopt.rules.towers",
+        "towers",
+        "replicated towers (tower_k, replica_k, identical branches) one per stream",
+    ),
     "stage": ("msopt.rules.stage", "stage", "input/preprocessing subgraph upstream of a boundary on its own stream"),
-    "collective": ("msopt.rules.collective", "collective", "communication ops (NCCL, Collective*, Horovod, Send/Recv) on their own stream"),
+    "collective": (
+        "msopt.rules.collective",
+        "collective",
+        "communication ops (NCCL, Collective*, Horovod, Send/Recv) on their own stream",
+    ),
 }
 
 

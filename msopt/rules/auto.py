@@ -17,6 +17,7 @@
    syncs. So auto never plans something slower than one stream, and it says when it used
    fewer streams than it was given because more did not pay (the report's notes).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -74,9 +75,17 @@ def _search(view, options, cost):
         scored.append((round(result.makespan_us, 6), used, result.syncs, len(scored), label, plan))
     makespan, used, _, _, label, plan = min(scored)
     notes = explain(label, used, streams, makespan, single, scored)
-    report = {"notes": notes, "auto": {"chosen": label, "streams_used": used, "candidates": [
-        {"plan": row[4], "makespan_ms": round(row[0] / 1000, 6), "streams_used": row[1], "syncs": row[2]}
-        for row in scored]}}
+    report = {
+        "notes": notes,
+        "auto": {
+            "chosen": label,
+            "streams_used": used,
+            "candidates": [
+                {"plan": row[4], "makespan_ms": round(row[0] / 1000, 6), "streams_used": row[1], "syncs": row[2]}
+                for row in scored
+            ],
+        },
+    }
     return RuleResult(plan, report=report, notes=notes)
 
 
@@ -225,11 +234,17 @@ def compact(plan):
 def explain(label, used, streams, makespan, single, scored):
     """One-line notes for the report: what was chosen and why, and when fewer streams were used."""
     ms, one = makespan / 1000, single / 1000
-    notes = [f"auto chose the {label}: simulated makespan {ms:.4g} ms vs {one:.4g} ms on one stream"
-             f" (speedup {one / ms if ms else 1:.3g}x), {len(scored)} candidates simulated"]
+    notes = [
+        f"auto chose the {label}: simulated makespan {ms:.4g} ms vs {one:.4g} ms on one stream"
+        f" (speedup {one / ms if ms else 1:.3g}x), {len(scored)} candidates simulated"
+    ]
     if used < streams:
         widest = max(row[1] for row in scored)
-        why = "parallelism does not pay on this model" if used == 1 else "more streams did not shorten the simulated makespan"
+        why = (
+            "parallelism does not pay on this model"
+            if used == 1
+            else "more streams did not shorten the simulated makespan"
+        )
         detail = ""
         if widest > used:
             best_wide = min(row[0] for row in scored if row[1] == widest)

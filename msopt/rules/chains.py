@@ -15,6 +15,7 @@ are then folded onto at most N streams as intervals of their earliest-start sche
 goes to a stream already idle when it starts (no concurrency lost), else to the stream that
 frees up first, preferring the stream it shares the most edges with.
 """
+
 from msopt.rules.walk import earliest_times, flatten, vertex_costs
 
 

@@ -5,6 +5,7 @@ collectives (Collective*), Horovod's (Horovod*), and the transfers TensorFlow in
 devices (_Send/_Recv and their host variants). They go to the last stream (or
 options.collective.stream); everything else stays on stream 0.
 """
+
 COMMUNICATION_PREFIXES = ("Nccl", "Collective", "Horovod", "_Nccl")
 COMMUNICATION_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv", "Send", "Recv", "AllReduce"})
 

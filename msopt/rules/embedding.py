@@ -9,15 +9,28 @@ reshapes) up to the join where features meet. Subgraphs that overlap are one fea
 features are then placed longest-first on the least-loaded stream (cost from the cost model,
 else one unit per kernel), instead of DeepRec's round-robin. The rest stays on stream 0.
 """
+
 from msopt.rules.walk import flatten, vertex_costs
 
-LOOKUP_OPS = frozenset({
-    "Gather", "GatherV2", "ResourceGather", "KvResourceGather", "ResourceGatherNd",
-    "SparseSegmentSum", "SparseSegmentMean", "SparseSegmentSqrtN",
-    "SparseSegmentSumWithNumSegments", "SparseSegmentMeanWithNumSegments", "SparseSegmentSqrtNWithNumSegments",
-})
+LOOKUP_OPS = frozenset(
+    {
+        "Gather",
+        "GatherV2",
+        "ResourceGather",
+        "KvResourceGather",
+        "ResourceGatherNd",
+        "SparseSegmentSum",
+        "SparseSegmentMean",
+        "SparseSegmentSqrtN",
+        "SparseSegmentSumWithNumSegments",
+        "SparseSegmentMeanWithNumSegments",
+        "SparseSegmentSqrtNWithNumSegments",
+    }
+)
 TABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "ReadVariableOp", "KvVarHandleOp", "_Arg"})
-SHARED_SOURCES = frozenset({"VarHandleOp", "VariableV2", "Variable", "KvVarHandleOp", "HashTableV2", "MutableHashTableV2"})
+SHARED_SOURCES = frozenset(
+    {"VarHandleOp", "VariableV2", "Variable", "KvVarHandleOp", "HashTableV2", "MutableHashTableV2"}
+)
 
 
 def embedding(view, options):
@@ -96,7 +109,9 @@ def balance(features, cost, streams):
     """Longest-processing-time first: each feature to the stream with the least work so far."""
     load = [0.0] * streams
     plan = {}
-    weighted = sorted(((sum(cost.get(k, 0.0) for k in f), i) for i, f in enumerate(features)), key=lambda t: (-t[0], t[1]))
+    weighted = sorted(
+        ((sum(cost.get(k, 0.0) for k in f), i) for i, f in enumerate(features)), key=lambda t: (-t[0], t[1])
+    )
     for work, i in weighted:
         s = min(range(streams), key=lambda j: (load[j], j))
         load[s] += work if work > 0 else 1e-9

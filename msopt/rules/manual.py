@@ -21,6 +21,7 @@ over RE2 because it keeps Python's regex syntax (lookarounds, backreferences) th
 files may use, is a pure dependency of one wheel, and turns a catastrophic pattern such as
 ``(.*)*x`` into one error naming the rule and the node instead of a hang.
 """
+
 from dataclasses import dataclass
 
 import regex
@@ -51,11 +52,12 @@ class Rule:
 
     def selects(self, node):
         """Whether this rule selects ``node`` (raises TimeoutError when a regex runs too long)."""
-        return ((self.scope is None or node.name.startswith(self.scope))
-                and (self.ops is None or node.op in self.ops)
-                and (self.match is None or self.match.fullmatch(node.name, timeout=MATCH_TIMEOUT_S) is not None)
-                and (self.function is None
-                     or self.function.fullmatch(node.function, timeout=MATCH_TIMEOUT_S) is not None))
+        return (
+            (self.scope is None or node.name.startswith(self.scope))
+            and (self.ops is None or node.op in self.ops)
+            and (self.match is None or self.match.fullmatch(node.name, timeout=MATCH_TIMEOUT_S) is not None)
+            and (self.function is None or self.function.fullmatch(node.function, timeout=MATCH_TIMEOUT_S) is not None)
+        )
 
     def where(self, path):
         return f"rule {self.index}{' (' + self.label + ')' if self.label else ''} at {path}:{self.line}"
@@ -99,8 +101,17 @@ def manual(view, options):
             sources[node.key] = f"default at {spec.path}:{spec.default_line}"
             fallback.add(node.key)
     _check_streams(partition, sources, options.streams)
-    rows = [{"rule": r.index, "line": r.line, "name": r.label, "stream": r.stream, "matched": matched[i],
-             "applied": applied[i]} for i, r in enumerate(spec.rules)]
+    rows = [
+        {
+            "rule": r.index,
+            "line": r.line,
+            "name": r.label,
+            "stream": r.stream,
+            "matched": matched[i],
+            "applied": applied[i],
+        }
+        for i, r in enumerate(spec.rules)
+    ]
     report = {"rules": rows, "unmatched_rules": [row for row in rows if row["matched"] == 0]}
     return RuleResult(partition, fallback, report)
 
@@ -111,16 +122,19 @@ def _first_match(spec, node):
             if rule.selects(node):
                 return rule
         except TimeoutError:
-            raise InputError(f"{rule.where(spec.path)}: its regex ran over {MATCH_TIMEOUT_S:g} s on node '{node.key}' "
-                             f"(catastrophic backtracking? simplify the pattern)") from None
+            raise InputError(
+                f"{rule.where(spec.path)}: its regex ran over {MATCH_TIMEOUT_S:g} s on node '{node.key}' "
+                f"(catastrophic backtracking? simplify the pattern)"
+            ) from None
     return None
 
 
 def _check_streams(partition, sources, streams):
     for key, stream in partition.items():
         if not 0 <= stream < streams:
-            raise InputError(f"node '{key}' gets stream {stream} from {sources[key]}, outside [0, {streams}) "
-                             f"for --streams {streams}")
+            raise InputError(
+                f"node '{key}' gets stream {stream} from {sources[key]}, outside [0, {streams}) for --streams {streams}"
+            )
 
 
 # -- reading the file ------------------------------------------------------------------------------
@@ -153,8 +167,10 @@ def read_rules(path):
     if not isinstance(rules_node, yaml.SequenceNode):
         raise InputError(f"{path}:{_line(rules_node)}: 'rules' must be a list of rules")
     if len(rules_node.value) > MAX_RULES:
-        raise InputError(f"{path}: {len(rules_node.value)} rules; msopt reads at most {MAX_RULES} "
-                         f"(merge rules with a regex or an op list)")
+        raise InputError(
+            f"{path}: {len(rules_node.value)} rules; msopt reads at most {MAX_RULES} "
+            f"(merge rules with a regex or an op list)"
+        )
     for index, item in enumerate(rules_node.value, 1):
         spec.rules.append(_rule(item, index, path))
     return spec
@@ -174,7 +190,7 @@ def _read_text(path):
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
+        line = data[: e.start].count(b"\n") + 1
         raise InputError(f"{path}:{line}: rules file is not UTF-8 text (byte 0x{data[e.start]:02x})") from None
     nul = text.find("\0")
     if nul >= 0:
@@ -196,7 +212,9 @@ class _Loader(yaml.SafeLoader):
         line = event.start_mark.line + 1
         if tag is not None:
             shown = tag.replace("tag:yaml.org,2002:", "!!")
-            raise InputError(f"{self.path}:{line}: YAML tag '{shown}' is not allowed in a rules file (plain values only)")
+            raise InputError(
+                f"{self.path}:{line}: YAML tag '{shown}' is not allowed in a rules file (plain values only)"
+            )
         self.depth += 1
         if self.depth > MAX_DEPTH:
             raise InputError(f"{self.path}:{line}: nesting deeper than {MAX_DEPTH} levels")
@@ -244,7 +262,9 @@ def _mapping(node, path, what, allowed):
     for key_node, value_node in node.value:
         key = key_node.value
         if key not in allowed:
-            raise InputError(f"{path}:{_line(key_node)}: unknown key '{key}' in {what} (expected one of: {', '.join(allowed)})")
+            raise InputError(
+                f"{path}:{_line(key_node)}: unknown key '{key}' in {what} (expected one of: {', '.join(allowed)})"
+            )
         if key in fields:
             raise InputError(f"{path}:{_line(key_node)}: key '{key}' appears twice in {what}")
         fields[key] = (key_node, value_node)

@@ -9,17 +9,51 @@ as StringToNumber -> Log1p); it stops at the first op that reads model state (a 
 an embedding table). Checkpoint plumbing (save/restore) never counts. The stage runs on the
 last stream (options.stage.stream to choose another), everything else on stream 0.
 """
+
 from msopt.errors import InputError
 from msopt.rules.walk import flatten
 
-PREPROCESSING_PREFIXES = ("Parse", "Decode", "String", "Regex", "StaticRegex", "Substr", "AsString",
-                          "LookupTable", "Ragged", "Unicode", "EncodeBase64", "DecodeBase64")
-PREPROCESSING_OPS = frozenset({"ReduceJoin", "Fingerprint", "Bucketize", "SparseCross", "SparseCrossHashed",
-                               "SparseCrossV2", "DenseBincount", "Bincount"})
-STATE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "ReadVariableOp", "KvVarHandleOp", "ResourceGather",
-                       "KvResourceGather", "ResourceGatherNd"})
-CHECKPOINT_OPS = frozenset({"SaveV2", "RestoreV2", "MergeV2Checkpoints", "ShardedFilename", "Save", "Restore",
-                            "SaveSlices", "RestoreSlice"})
+PREPROCESSING_PREFIXES = (
+    "Parse",
+    "Decode",
+    "String",
+    "Regex",
+    "StaticRegex",
+    "Substr",
+    "AsString",
+    "LookupTable",
+    "Ragged",
+    "Unicode",
+    "EncodeBase64",
+    "DecodeBase64",
+)
+PREPROCESSING_OPS = frozenset(
+    {
+        "ReduceJoin",
+        "Fingerprint",
+        "Bucketize",
+        "SparseCross",
+        "SparseCrossHashed",
+        "SparseCrossV2",
+        "DenseBincount",
+        "Bincount",
+    }
+)
+STATE_OPS = frozenset(
+    {
+        "VarHandleOp",
+        "VariableV2",
+        "Variable",
+        "ReadVariableOp",
+        "KvVarHandleOp",
+        "ResourceGather",
+        "KvResourceGather",
+        "ResourceGatherNd",
+    }
+)
+CHECKPOINT_OPS = frozenset(
+    {"SaveV2", "RestoreV2", "MergeV2Checkpoints", "ShardedFilename", "Save", "Restore", "SaveSlices", "RestoreSlice"}
+)
 
 
 def stage(view, options):
@@ -30,7 +64,9 @@ def stage(view, options):
     dag = flatten(view)
     boundary = options.stage.boundary
     members = upstream(dag, boundary_vertices(view, dag, boundary)) if boundary else automatic_stage(view, dag)
-    return {dag.keys[v]: target for v in members if dag.keys[v] is not None and view.nodes[dag.keys[v]].proto is not None}
+    return {
+        dag.keys[v]: target for v in members if dag.keys[v] is not None and view.nodes[dag.keys[v]].proto is not None
+    }
 
 
 def boundary_vertices(view, dag, names):

@@ -8,6 +8,7 @@ function of the same inputs; a signature shared by exactly k mutually independen
 (k the most common such count) marks k replicas, and each replica's ops follow the branch
 their inputs are on. Tower k goes to stream k mod N; shared ops stay on stream 0.
 """
+
 import re
 from collections import Counter, defaultdict
 

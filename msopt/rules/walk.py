@@ -14,6 +14,7 @@ bind to the caller's inputs as in the run (``msopt.flat.argument_input``), and e
 records the call nodes it was expanded for, so the instances a run executes are vertices here
 with the same identity (key and callers).
 """
+
 from collections import defaultdict
 
 from msopt.flat import argument_input, opened_functions
@@ -78,7 +79,7 @@ def _flatten(view):
     budget = EXPANSION_FACTOR * len(view.nodes) + 1000
     expanded = {}  # function -> returns of its first instance ({output name: vertex})
     _expand(view, dag, by_function, MAIN, {}, None, expanded, budget, [], ())
-    for name, info in view.functions.items():  # bodies nobody calls from the main graph still get a plan
+    for name, _info in view.functions.items():  # bodies nobody calls from the main graph still get a plan
         if name not in expanded:
             _expand(view, dag, by_function, name, {}, None, expanded, budget, [name], ())
     dag.order = topological_order(dag)
@@ -113,8 +114,19 @@ def _expand(view, dag, by_function, function, arg_source, start, expanded, budge
             dag.link(start, v)
     for node in body:
         for callee in sorted(set(opened_functions(view, node))):  # a stable order, whatever the view's
-            _expand_call(view, dag, by_function, node, callee, local[node.key], resolve, expanded, budget, stack,
-                         callers + (node.key,))
+            _expand_call(
+                view,
+                dag,
+                by_function,
+                node,
+                callee,
+                local[node.key],
+                resolve,
+                expanded,
+                budget,
+                stack,
+                callers + (node.key,),
+            )
     info = view.functions.get(function)
     if info is None:
         return {}
@@ -138,8 +150,9 @@ def _expand_call(view, dag, by_function, node, callee, call_vertex, resolve, exp
             arg_source[arg] = resolve(node.inputs[j][0]) if j < len(node.inputs) else start
             if arg_source[arg] is None:
                 arg_source[arg] = start
-        returns = _expand(view, dag, by_function, callee, arg_source, start, expanded, budget, stack + [callee],
-                          callers)
+        returns = _expand(
+            view, dag, by_function, callee, arg_source, start, expanded, budget, stack + [callee], callers
+        )
         expanded.setdefault(callee, returns)
         returns = returns.values()
     for u in set(returns):

@@ -1,4 +1,5 @@
 """RunConfig: everything one ``msopt run`` does, as typed fields; replica workers receive it as a JSON file."""
+
 import dataclasses
 import json
 import os
@@ -53,18 +54,25 @@ class RunConfig:
     @property
     def one_process_only(self):
         """The options that need this process's results (refused with --replicas/--mps), as (flag, value)."""
-        return (("--trace", self.trace_path), ("--profile", self.profile_path), ("--save-outputs", self.save_outputs),
-                ("--compare-to", self.compare_to), ("--stage", self.stage))
+        return (
+            ("--trace", self.trace_path),
+            ("--profile", self.profile_path),
+            ("--save-outputs", self.save_outputs),
+            ("--compare-to", self.compare_to),
+            ("--stage", self.stage),
+        )
 
     def with_absolute_paths(self):
         """The same run with the paths the user gave made absolute (the runner works in a directory of its own)."""
-        return dataclasses.replace(self, **{k: os.path.abspath(getattr(self, k)) for k in PATH_FIELDS
-                                            if getattr(self, k)})
+        return dataclasses.replace(
+            self, **{k: os.path.abspath(getattr(self, k)) for k in PATH_FIELDS if getattr(self, k)}
+        )
 
     def for_worker(self):
         """What each replica worker runs: this run minus what only the parent does."""
-        return dataclasses.replace(self.with_absolute_paths(), **PARENT_ONLY, worker_barrier=None,
-                                   worker_replicas=self.replicas)  # the model as given: workers share our cwd
+        return dataclasses.replace(
+            self.with_absolute_paths(), **PARENT_ONLY, worker_barrier=None, worker_replicas=self.replicas
+        )  # the model as given: workers share our cwd
 
     def to_json(self):
         """The run's settings as JSON (the worker's place in the run, WORKER_FIELDS, travels on its command line)."""
@@ -80,8 +88,10 @@ class RunConfig:
             raise InputError(f"worker configuration: not JSON: {e}") from None
         known = {f.name for f in dataclasses.fields(cls)} - set(WORKER_FIELDS)
         if not isinstance(fields, dict) or "model" not in fields or set(fields) - known:
-            raise InputError(f"worker configuration: expected an object with the fields of RunConfig, "
-                             f"given {sorted(fields) if isinstance(fields, dict) else type(fields).__name__}")
+            raise InputError(
+                f"worker configuration: expected an object with the fields of RunConfig, "
+                f"given {sorted(fields) if isinstance(fields, dict) else type(fields).__name__}"
+            )
         return cls(**fields, **worker)
 
     @classmethod

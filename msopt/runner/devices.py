@@ -1,4 +1,5 @@
 """Streams become devices: virtual GPUs or logical CPU devices, configured by one function for msopt run and --verify."""
+
 import contextlib
 import os
 
@@ -45,9 +46,11 @@ def parse_priorities(text, streams):
         raise InputError(f"--stream-priority '{text}': expected integers separated by commas") from None
     for value in values:
         if not GREATEST_PRIORITY <= value <= LEAST_PRIORITY:
-            raise InputError(f"--stream-priority: priority {value} is outside CUDA's range "
-                             f"[{GREATEST_PRIORITY}, {LEAST_PRIORITY}] ({GREATEST_PRIORITY} runs first, "
-                             f"{LEAST_PRIORITY} is the default)")
+            raise InputError(
+                f"--stream-priority: priority {value} is outside CUDA's range "
+                f"[{GREATEST_PRIORITY}, {LEAST_PRIORITY}] ({GREATEST_PRIORITY} runs first, "
+                f"{LEAST_PRIORITY} is the default)"
+            )
     if len(values) == 1:
         values = values * streams
     if len(values) != streams:
@@ -75,8 +78,9 @@ def hide_gpus(tf):
             raise InputError("--device cpu: TensorFlow already initialized its GPUs in this process") from None
 
 
-def configure_devices(tf, streams, device="auto", memory_fraction=None, allow_growth=False, priorities=None,
-                      replicas=1):
+def configure_devices(
+    tf, streams, device="auto", memory_fraction=None, allow_growth=False, priorities=None, replicas=1
+):
     """Make ``streams`` logical devices and return (device type, Session ConfigProto) built from them.
 
     The one device configuration of msopt run and of --verify: virtual GPUs on a GPU, logical CPU
@@ -92,8 +96,10 @@ def configure_devices(tf, streams, device="auto", memory_fraction=None, allow_gr
     device = ("gpu" if gpus else "cpu") if device == "auto" else device
     if device == "gpu":
         if not gpus:
-            raise InputError("--device gpu: TensorFlow sees no GPU (is tensorflow[and-cuda] installed, "
-                             "is CUDA_VISIBLE_DEVICES or --gpus hiding it?)")
+            raise InputError(
+                "--device gpu: TensorFlow sees no GPU (is tensorflow[and-cuda] installed, "
+                "is CUDA_VISIBLE_DEVICES or --gpus hiding it?)"
+            )
         if allow_growth:
             request_allow_growth()
         _configure_gpus(tf, gpus, streams, memory_fraction, priorities, replicas)
@@ -124,7 +130,9 @@ def _configure_cpus(tf, streams):
     """``streams`` logical CPU devices in TensorFlow's context, unless it started already (then it keeps its own)."""
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(streams)])
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(streams)]
+        )
     except RuntimeError:  # started: Sessions still get ``streams`` devices from the ConfigProto
         pass
 
@@ -135,10 +143,13 @@ def bitwise_gpu_numerics(tf):
     TF_CUDNN_USE_AUTOTUNE=0 must already be in the environment (msopt run sets it before TensorFlow starts)."""
     tf.config.experimental.enable_tensor_float_32_execution(False)  # TF32 rounds float32 matmuls/convolutions
     tf.config.experimental.enable_op_determinism()  # no atomics-based reductions; may refuse some ops
-    return {"tensor_float_32": False, "op_determinism": True,
-            "cudnn_autotune": os.environ.get("TF_CUDNN_USE_AUTOTUNE", "1") != "0",
-            "note": "TF32 off, op determinism on and cuDNN autotuning off for the comparison: "
-                    "the measured latency is that of this deterministic configuration"}
+    return {
+        "tensor_float_32": False,
+        "op_determinism": True,
+        "cudnn_autotune": os.environ.get("TF_CUDNN_USE_AUTOTUNE", "1") != "0",
+        "note": "TF32 off, op determinism on and cuDNN autotuning off for the comparison: "
+        "the measured latency is that of this deterministic configuration",
+    }
 
 
 def gpu_layout(tf, streams):
@@ -158,9 +169,13 @@ def _configure_gpus(tf, gpus, streams, memory_fraction, priorities, replicas):
 
     plan = virtual_devices(memory_mb(len(gpus)), streams, memory_fraction, replicas, priorities)
     for gpu, devices in zip(gpus, plan):
-        tf.config.set_logical_device_configuration(gpu, [
-            tf.config.LogicalDeviceConfiguration(memory_limit=limit, experimental_priority=priority)
-            for limit, priority in devices])
+        tf.config.set_logical_device_configuration(
+            gpu,
+            [
+                tf.config.LogicalDeviceConfiguration(memory_limit=limit, experimental_priority=priority)
+                for limit, priority in devices
+            ],
+        )
 
 
 def virtual_devices(totals, streams, memory_fraction=None, replicas=1, priorities=None):
@@ -177,6 +192,10 @@ def virtual_devices(totals, streams, memory_fraction=None, replicas=1, prioritie
     plan = []
     for g, total in enumerate(totals):
         limit = max(1, int(total * fraction / layout.per_gpu))
-        plan.append([(limit, None if priorities is None else LEAST_PRIORITY if k is None else priorities[k])
-                     for k in layout.streams_on(g)])
+        plan.append(
+            [
+                (limit, None if priorities is None else LEAST_PRIORITY if k is None else priorities[k])
+                for k in layout.streams_on(g)
+            ]
+        )
     return plan

@@ -1,6 +1,7 @@
 """The executable: a model's signatures run in TensorFlow on numpy feeds, in a TF1 Session or as TF2 functions."""
-from msopt.errors import InputError
+
 from msopt.contents import signatures as signature_specs
+from msopt.errors import InputError
 from msopt.protos import DTYPE_NAMES
 from msopt.runner.devices import configure_devices, logical_devices
 from msopt.runner.tensorflow_runtime import error_line, import_tensorflow
@@ -9,8 +10,16 @@ from msopt.runner.tensorflow_runtime import error_line, import_tensorflow
 class Executable:
     """A loaded model whose signatures can be run on numpy feeds."""
 
-    def __init__(self, model, devices, device_type="cpu", soft_placement=False, variable_values=None,
-                 session_config=None, eager=False):
+    def __init__(
+        self,
+        model,
+        devices,
+        device_type="cpu",
+        soft_placement=False,
+        variable_values=None,
+        session_config=None,
+        eager=False,
+    ):
         """``session_config`` (a ConfigProto whose devices the caller configured) runs every format in a v1
         Session, TF2 SavedModels too; with ``eager`` a TF2 SavedModel's functions run eagerly instead."""
         self.tf = tf = import_tensorflow()
@@ -22,8 +31,10 @@ class Executable:
             if model.format == "saved_model" and model.is_tf2:
                 have = logical_devices(tf, device_type)
                 if have < devices:
-                    raise InputError(f"this process already configured {have} logical {device_type.upper()} devices; "
-                                     f"{devices} were asked")
+                    raise InputError(
+                        f"this process already configured {have} logical {device_type.upper()} devices; "
+                        f"{devices} were asked"
+                    )
                 eager = True
         self._session_config = session_config
         if model.format == "saved_model" and model.is_tf2 and eager:
@@ -42,8 +53,11 @@ class Executable:
         soft = tf.config.get_soft_device_placement()
         tf.config.set_soft_device_placement(True)
         try:
-            self._loaded = tf.saved_model.load(str(self.model.path), tags=list(self.model.tags),
-                                               options=tf.saved_model.LoadOptions(experimental_variable_policy=policy))
+            self._loaded = tf.saved_model.load(
+                str(self.model.path),
+                tags=list(self.model.tags),
+                options=tf.saved_model.LoadOptions(experimental_variable_policy=policy),
+            )
         except Exception as e:  # TensorFlow raises many types here
             raise InputError(f"{self.model.path}: TensorFlow cannot load the model: {error_line(e)}") from None
         finally:
@@ -102,7 +116,12 @@ class Executable:
                 inputs[op.name] = {"name": t.name, "dtype": DTYPE_NAMES[t.dtype.as_datatype_enum], "shape": shape}
         for op in ops:
             for t in op.outputs:
-                if t.name not in consumed and op.type != "Placeholder" and t.dtype not in (self.tf.resource,) and t.dtype.base_dtype == t.dtype:
+                if (
+                    t.name not in consumed
+                    and op.type != "Placeholder"
+                    and t.dtype not in (self.tf.resource,)
+                    and t.dtype.base_dtype == t.dtype
+                ):
                     outputs[t.name] = {"name": t.name, "dtype": DTYPE_NAMES[t.dtype.as_datatype_enum], "shape": None}
         return {"method": "", "inputs": inputs, "outputs": outputs}
 

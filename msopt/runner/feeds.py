@@ -1,4 +1,5 @@
 """The input batches a run feeds: the signature chosen, records generated from the graph or read from an .npz."""
+
 from msopt.errors import InputError
 from msopt.inputs import InputGenerator, read_npz
 

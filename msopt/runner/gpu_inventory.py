@@ -18,6 +18,7 @@ user did, so that --gpus uses nvidia-smi's numbering) and fastest-first by defau
 nvidia-smi the fastest-first order is only known when every GPU is the same model (ties keep
 PCI order); otherwise an index entry gets the smallest memory of the candidates and no UUID.
 """
+
 import json
 import os
 import re
@@ -70,6 +71,7 @@ print(json.dumps({"devices": devices}))
 @dataclass
 class VisibleGpu:
     """One device CUDA will show this process, at ``ordinal`` (TensorFlow's physical GPU index)."""
+
     ordinal: int
     entry: str  # the CUDA_VISIBLE_DEVICES entry naming it ('' when the variable is unset)
     uuid: str  # 'GPU-...' or 'MIG-...'; None when not known for sure
@@ -90,7 +92,9 @@ def nvidia_smi(*args):
         raise InputError(f"{SMI} failed: {e}") from None
     if done.returncode != 0:
         detail = (done.stderr or done.stdout).strip().splitlines()
-        raise InputError(f"no usable NVIDIA GPU: {SMI} {' '.join(args)} failed: {detail[0] if detail else done.returncode}")
+        raise InputError(
+            f"no usable NVIDIA GPU: {SMI} {' '.join(args)} failed: {detail[0] if detail else done.returncode}"
+        )
     return [line.rstrip() for line in done.stdout.splitlines() if line.strip()]
 
 
@@ -112,8 +116,16 @@ def physical_gpus():
             memory_mb = int(float(memory)) if memory is not None else None
         except ValueError:
             memory_mb = None
-        gpus.append({"index": int(parts[0]), "uuid": uuid, "name": name or "", "pci": pci or "",
-                     "memory_mb": memory_mb, "migs": []})
+        gpus.append(
+            {
+                "index": int(parts[0]),
+                "uuid": uuid,
+                "name": name or "",
+                "pci": pci or "",
+                "memory_mb": memory_mb,
+                "migs": [],
+            }
+        )
     by_index = {g["index"]: g for g in gpus}
     parent = None
     for line in nvidia_smi("-L"):
@@ -122,8 +134,13 @@ def physical_gpus():
             parent = by_index.get(int(gpu["index"]))
         elif mig and parent is not None:
             size = PROFILE_MEMORY.search(mig["profile"])
-            parent["migs"].append({"uuid": mig["uuid"].strip(), "profile": mig["profile"],
-                                   "memory_mb": int(size.group(1)) * 1000 if size else None})
+            parent["migs"].append(
+                {
+                    "uuid": mig["uuid"].strip(),
+                    "profile": mig["profile"],
+                    "memory_mb": int(size.group(1)) * 1000 if size else None,
+                }
+            )
     return gpus
 
 
@@ -161,20 +178,32 @@ def _resolve_entry(entry, ordered, certain):
         gpu = ordered[k]
         if gpu["migs"]:
             smallest = min((m for m in gpu["migs"]), key=lambda m: m["memory_mb"] or 0)
-            return (None, smallest["memory_mb"], gpu["name"],
-                    "MIG enabled: CUDA shows one of its MIG devices; memory of the smallest, from its profile name")
+            return (
+                None,
+                smallest["memory_mb"],
+                gpu["name"],
+                "MIG enabled: CUDA shows one of its MIG devices; memory of the smallest, from its profile name",
+            )
         if certain:
             return gpu["uuid"], gpu["memory_mb"], gpu["name"], ""
         known = [g["memory_mb"] for g in ordered if g["memory_mb"] is not None]
-        return (None, min(known) if len(known) == len(ordered) else None, gpu["name"],
-                "CUDA_DEVICE_ORDER=FASTEST_FIRST over different GPU models: order unknown, smallest memory assumed")
+        return (
+            None,
+            min(known) if len(known) == len(ordered) else None,
+            gpu["name"],
+            "CUDA_DEVICE_ORDER=FASTEST_FIRST over different GPU models: order unknown, smallest memory assumed",
+        )
     upper = entry.upper()
     if upper.startswith("MIG-"):
         for gpu in ordered:
             for mig in gpu["migs"]:
                 if mig["uuid"].upper() == upper or mig["uuid"].upper().startswith(upper):
-                    return mig["uuid"], mig["memory_mb"], f"{gpu['name']} MIG {mig['profile']}", \
-                        "MIG memory from its profile name (nominal GB)"
+                    return (
+                        mig["uuid"],
+                        mig["memory_mb"],
+                        f"{gpu['name']} MIG {mig['profile']}",
+                        "MIG memory from its profile name (nominal GB)",
+                    )
         return None
     if upper.startswith("GPU-"):
         matches = [g for g in ordered if (g["uuid"] or "").upper().startswith(upper)]
@@ -192,8 +221,9 @@ def driver_gpus(timeout=60):
     with tempfile.TemporaryDirectory(prefix="msopt-no-mps-") as no_mps:
         env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": no_mps}
         try:
-            done = subprocess.run([sys.executable, "-c", DRIVER_PROBE], capture_output=True, text=True,
-                                  timeout=timeout, env=env)
+            done = subprocess.run(
+                [sys.executable, "-c", DRIVER_PROBE], capture_output=True, text=True, timeout=timeout, env=env
+            )
             answer = json.loads(done.stdout.strip().splitlines()[-1])
         except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
             return None
@@ -229,14 +259,18 @@ def memory_mb(count):
     """Total memory (MB) of the first ``count`` visible GPUs; InputError naming a GPU whose size is unknown."""
     gpus = visible_gpus()
     if len(gpus) < count:
-        raise InputError(f"the GPU memory could not be read: {len(gpus)} GPU(s) found by the driver or {SMI}, "
-                         f"TensorFlow sees {count} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+        raise InputError(
+            f"the GPU memory could not be read: {len(gpus)} GPU(s) found by the driver or {SMI}, "
+            f"TensorFlow sees {count} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
+        )
     totals = []
     for gpu in gpus[:count]:
         if gpu.memory_mb is None:
-            raise InputError(f"the memory of GPU {gpu.ordinal} ({gpu.entry or gpu.name}) is reported as {NA}"
-                             f"{' (' + gpu.note + ')' if gpu.note else ''}; pass --allow-growth with one stream "
-                             f"per GPU, or name the GPU by UUID in --gpus/CUDA_VISIBLE_DEVICES")
+            raise InputError(
+                f"the memory of GPU {gpu.ordinal} ({gpu.entry or gpu.name}) is reported as {NA}"
+                f"{' (' + gpu.note + ')' if gpu.note else ''}; pass --allow-growth with one stream "
+                f"per GPU, or name the GPU by UUID in --gpus/CUDA_VISIBLE_DEVICES"
+            )
         totals.append(gpu.memory_mb)
     return totals
 
@@ -256,8 +290,10 @@ def uuids_for(indices):
         raise InputError(f"--gpus {','.join(indices)}: only {len(gpus)} of these GPUs exist")
     unknown = [g for g in gpus if g.uuid is None]
     if unknown:
-        raise InputError(f"--gpus {','.join(indices)}: the UUID of GPU index {unknown[0].entry} is not known for sure "
-                         f"({unknown[0].note}); set CUDA_DEVICE_ORDER=PCI_BUS_ID")
+        raise InputError(
+            f"--gpus {','.join(indices)}: the UUID of GPU index {unknown[0].entry} is not known for sure "
+            f"({unknown[0].note}); set CUDA_DEVICE_ORDER=PCI_BUS_ID"
+        )
     return [g.uuid for g in gpus]
 
 

@@ -14,6 +14,7 @@ TensorFlow numbers virtual devices physical GPU by physical GPU (``gpu_device.cc
 that index unless ``device_ordinal`` is set, which msopt never sets): GPU 0's N devices are
 /device:GPU:0..N-1, GPU 1's are /device:GPU:N..2N-1, and so on.
 """
+
 import math
 
 
@@ -80,5 +81,9 @@ class GpuLayout:
             if gpu < len(self.uuids) and self.uuids[gpu]:
                 row["gpu_uuid"] = self.uuids[gpu]
             rows.append(row)
-        return {"rule": "stream k on GPU k mod G", "gpus": self.gpus, "virtual_devices_per_gpu": self.per_gpu,
-                "streams": rows}
+        return {
+            "rule": "stream k on GPU k mod G",
+            "gpus": self.gpus,
+            "virtual_devices_per_gpu": self.per_gpu,
+            "streams": rows,
+        }

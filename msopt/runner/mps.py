@@ -6,6 +6,7 @@ A client that cannot reach the daemon silently runs without MPS, so once the wor
 each one is looked up in the servers' client lists (``get_server_list``, ``get_client_list``),
 and the daemon is checked again after the run.
 """
+
 import os
 import shutil
 import subprocess
@@ -45,8 +46,10 @@ def check_client_limit(replicas):
     """InputError when ``replicas`` clients exceed what MPS accepts on each GPU (every replica uses every GPU)."""
     limit = client_limit()
     if replicas > limit:
-        raise InputError(f"--replicas {replicas} with --mps: an MPS server accepts at most {limit} clients per GPU "
-                         f"(NVIDIA's MPS documentation), and every replica is a client of every GPU it uses")
+        raise InputError(
+            f"--replicas {replicas} with --mps: an MPS server accepts at most {limit} clients per GPU "
+            f"(NVIDIA's MPS documentation), and every replica is a client of every GPU it uses"
+        )
 
 
 def visible_by_uuid():
@@ -94,7 +97,9 @@ class MpsDaemon:
         while not self.reachable():
             if time.monotonic() > deadline:
                 self.stop()
-                raise InputError(f"the MPS daemon did not answer within {START_TIMEOUT_S:g} s (log: {self._log_tail()})")
+                raise InputError(
+                    f"the MPS daemon did not answer within {START_TIMEOUT_S:g} s (log: {self._log_tail()})"
+                )
             time.sleep(0.05)
         return self
 
@@ -138,16 +143,20 @@ class MpsDaemon:
             self.check_alive()
             if time.monotonic() > deadline:
                 k = missing[0]
-                raise CheckFailed(f"--mps: replica {k} (pid {pids[k]}) is not a client of the MPS server on "
-                                  f"{self.pipe_dir}, so it runs without MPS (clients: "
-                                  f"{', '.join(map(str, sorted(clients))) or 'none'}; did TensorFlow see a GPU?)")
+                raise CheckFailed(
+                    f"--mps: replica {k} (pid {pids[k]}) is not a client of the MPS server on "
+                    f"{self.pipe_dir}, so it runs without MPS (clients: "
+                    f"{', '.join(map(str, sorted(clients))) or 'none'}; did TensorFlow see a GPU?)"
+                )
             time.sleep(0.1)
 
     def check_alive(self):
         """CheckFailed if the daemon went away during the run (its clients may have run without MPS)."""
         if not self.reachable():
-            raise CheckFailed(f"the MPS daemon on {self.pipe_dir} stopped during the run; "
-                              f"the replicas may have run without MPS (log: {self._log_tail()})")
+            raise CheckFailed(
+                f"the MPS daemon on {self.pipe_dir} stopped during the run; "
+                f"the replicas may have run without MPS (log: {self._log_tail()})"
+            )
 
     def stop(self):
         if self.reachable():
@@ -159,12 +168,18 @@ class MpsDaemon:
         self._cleanup()
 
     def describe(self):
-        return {"pipe_directory": self.pipe_dir, "log_directory": self.log_dir, "started_by_msopt": self._private is not None}
+        return {
+            "pipe_directory": self.pipe_dir,
+            "log_directory": self.log_dir,
+            "started_by_msopt": self._private is not None,
+        }
 
     def _control(self, args, stdin=None):
         env = {**os.environ, **self.client_env()}
         try:
-            return subprocess.run([self.control, *args], input=stdin, capture_output=True, text=True, env=env, timeout=30)
+            return subprocess.run(
+                [self.control, *args], input=stdin, capture_output=True, text=True, env=env, timeout=30
+            )
         except subprocess.TimeoutExpired:
             return subprocess.CompletedProcess(args, 124, "", f"{CONTROL} timed out")
 

@@ -5,6 +5,7 @@ Stream ids turn into device strings before TensorFlow optimizes the graph (grapp
 TF2 SavedModels run their signature functions eagerly, as a plain TensorFlow loop does, and for traces
 and profiles also in such a Session, whose step statistics report where each op really ran.
 """
+
 import contextlib
 import os
 import tempfile
@@ -41,11 +42,23 @@ def streams_in(view):
 class Runner:
     """A model placed on ``streams`` devices and loaded in TensorFlow, ready to run its signatures."""
 
-    def __init__(self, model, view, streams, device="auto", memory_fraction=None, allow_growth=False,
-                 priorities=None, intra_op_threads=0, inter_op_threads=0, replicas=1):
+    def __init__(
+        self,
+        model,
+        view,
+        streams,
+        device="auto",
+        memory_fraction=None,
+        allow_growth=False,
+        priorities=None,
+        intra_op_threads=0,
+        inter_op_threads=0,
+        replicas=1,
+    ):
         self.tf = tf = import_tensorflow()
-        self.device_type, self.config = configure_devices(tf, streams, device, memory_fraction, allow_growth, priorities,
-                                                          replicas)
+        self.device_type, self.config = configure_devices(
+            tf, streams, device, memory_fraction, allow_growth, priorities, replicas
+        )
         self.layout = gpu_layout(tf, streams) if self.device_type == "gpu" else None
         self.config.intra_op_parallelism_threads = intra_op_threads  # 0: TensorFlow's choice (all cores)
         self.config.inter_op_parallelism_threads = inter_op_threads
@@ -56,13 +69,16 @@ class Runner:
         model = absolute(model)
         os.chdir(self._workdir.name)
         try:
-            self.model, self.partition, self.merges = place(model, view, streams, self.device_type, self._workdir.name,
-                                                            self.layout)
+            self.model, self.partition, self.merges = place(
+                model, view, streams, self.device_type, self._workdir.name, self.layout
+            )
             self.view = view
             self.streams = streams
             # TF2 SavedModels run their signature functions eagerly, as a plain TensorFlow loop does.
             with tensorflow_errors("create a Session or context for the model"):
-                self.executable = Executable(self.model, streams, self.device_type, session_config=self.config, eager=True)
+                self.executable = Executable(
+                    self.model, streams, self.device_type, session_config=self.config, eager=True
+                )
             self.specs = self.executable.specs
         except BaseException:
             self.close()
@@ -89,8 +105,9 @@ class Runner:
         spec = self.specs[signature]
         options = v1.RunOptions(trace_level=v1.RunOptions.FULL_TRACE)
         metadata = v1.RunMetadata()
-        call = self.session_executable.tensor_step([o["name"] for o in spec["outputs"].values()],
-                                           [spec["inputs"][k]["name"] for k in feeds], options, metadata)
+        call = self.session_executable.tensor_step(
+            [o["name"] for o in spec["outputs"].values()], [spec["inputs"][k]["name"] for k in feeds], options, metadata
+        )
         collected = []
         for _ in range(count):
             call(*feeds.values())

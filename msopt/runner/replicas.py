@@ -11,6 +11,7 @@ removes the run's directory, which also holds the workers' TMPDIR. A parent kill
 cannot clean up: its workers then get SIGTERM from the kernel (PR_SET_PDEATHSIG on Linux, a watch on
 the parent's pid elsewhere), clean their own files and remove the run's directory themselves.
 """
+
 import atexit
 import contextlib
 import ctypes
@@ -110,8 +111,8 @@ def run_replicated(config, loaded, progress):
     """``config.replicas`` workers running ``config`` at once (under MPS with ``config.mps``), one report over them.
 
     Checks first what it can without TensorFlow: the signature and the --inputs file."""
-    from msopt.inputs import read_npz
     from msopt.contents import signatures
+    from msopt.inputs import read_npz
     from msopt.runner.feeds import choose_signature
 
     specs = signatures(loaded)
@@ -130,15 +131,21 @@ def run_replicated(config, loaded, progress):
     visible_by_uuid()  # the daemon remaps indices; UUIDs name the same GPUs for it and its clients
     with daemon:
         progress(f"MPS daemon on {daemon.pipe_dir}; starting {config.replicas} replicas")
-        document = run_replicas(worker, config.replicas, env=daemon.client_env(config.mps_threads),
-                                on_ready=daemon.check_clients)
+        document = run_replicas(
+            worker, config.replicas, env=daemon.client_env(config.mps_threads), on_ready=daemon.check_clients
+        )
         daemon.check_alive()
-        document["mps"] = {**daemon.describe(), "active_thread_percentage": config.mps_threads,
-                           "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        document["mps"] = {
+            **daemon.describe(),
+            "active_thread_percentage": config.mps_threads,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }
     for k, replica in enumerate(document["per_replica"]):
         if replica.get("device_type") != "gpu":
-            raise CheckFailed(f"--mps: replica {k} ran on the {replica.get('device_type') or 'unknown device'}, "
-                              f"not a GPU: TensorFlow saw no GPU there, so MPS had no effect")
+            raise CheckFailed(
+                f"--mps: replica {k} ran on the {replica.get('device_type') or 'unknown device'}, "
+                f"not a GPU: TensorFlow saw no GPU there, so MPS had no effect"
+            )
     return document
 
 
@@ -157,14 +164,34 @@ def run_replicas(worker, count, env=None, on_ready=None):
         procs = []
         try:
             for k in range(count):
-                args = [sys.executable, "-m", "msopt", "run", worker.model, "--worker-config", str(config_file),
-                        "--worker-replicas", str(worker.worker_replicas), "--json", "--worker-barrier", str(barrier)]
-                worker_env = {**os.environ, **(env or {}), "MSOPT_REPLICA": str(k), PARENT_ENV: str(os.getpid()),
-                              "TMPDIR": str(worker_tmp)}
+                args = [
+                    sys.executable,
+                    "-m",
+                    "msopt",
+                    "run",
+                    worker.model,
+                    "--worker-config",
+                    str(config_file),
+                    "--worker-replicas",
+                    str(worker.worker_replicas),
+                    "--json",
+                    "--worker-barrier",
+                    str(barrier),
+                ]
+                worker_env = {
+                    **os.environ,
+                    **(env or {}),
+                    "MSOPT_REPLICA": str(k),
+                    PARENT_ENV: str(os.getpid()),
+                    "TMPDIR": str(worker_tmp),
+                }
                 # Files, not pipes: a worker never blocks on output nobody reads yet.
                 with open(barrier / f"stdout-{k}", "w") as out, open(barrier / f"stderr-{k}", "w") as err:
-                    procs.append(subprocess.Popen(args, stdout=out, stderr=err, text=True, env=worker_env,
-                                                  start_new_session=True))
+                    procs.append(
+                        subprocess.Popen(
+                            args, stdout=out, stderr=err, text=True, env=worker_env, start_new_session=True
+                        )
+                    )
             _wait_ready(procs, barrier)
             if on_ready is not None:
                 on_ready([p.pid for p in procs])
@@ -238,21 +265,37 @@ def aggregate(reports):
     records = sum(r["steps"] * r["batch_size"] for r in reports)
     steps = sum(r["steps"] for r in reports)
     window = last - first
-    per_replica = [{"pid": r["pid"], "device_type": r.get("device_type"), "latency_ms": r["latency_ms"],
-                    "throughput": r["throughput"]} for r in reports]
-    base = {k: v for k, v in reports[0].items() if k not in ("latencies_ms", "started_unix", "pid", "latency_ms",
-                                                             "throughput", "wall_s", "steps")}
+    per_replica = [
+        {
+            "pid": r["pid"],
+            "device_type": r.get("device_type"),
+            "latency_ms": r["latency_ms"],
+            "throughput": r["throughput"],
+        }
+        for r in reports
+    ]
+    base = {
+        k: v
+        for k, v in reports[0].items()
+        if k not in ("latencies_ms", "started_unix", "pid", "latency_ms", "throughput", "wall_s", "steps")
+    }
     return {
         **base,
         "replicas": len(reports),
         "steps": steps,
         "latency_ms": {
-            "mean": _r(latencies.mean()), "p50": _r(np.percentile(latencies, 50)),
-            "p95": _r(np.percentile(latencies, 95)), "p99": _r(np.percentile(latencies, 99)),
-            "min": _r(latencies.min()), "max": _r(latencies.max()),
+            "mean": _r(latencies.mean()),
+            "p50": _r(np.percentile(latencies, 50)),
+            "p95": _r(np.percentile(latencies, 95)),
+            "p99": _r(np.percentile(latencies, 99)),
+            "min": _r(latencies.min()),
+            "max": _r(latencies.max()),
         },
-        "throughput": {"steps_per_s": _r(steps / window), "records_per_s": _r(records / window),
-                       "sum_of_replicas_records_per_s": _r(sum(r["throughput"]["records_per_s"] for r in reports))},
+        "throughput": {
+            "steps_per_s": _r(steps / window),
+            "records_per_s": _r(records / window),
+            "sum_of_replicas_records_per_s": _r(sum(r["throughput"]["records_per_s"] for r in reports)),
+        },
         "wall_s": _r(window),
         "per_replica": per_replica,
     }

@@ -1,4 +1,5 @@
 """One ``msopt run`` from its RunConfig: in this process, or over replica workers; returns the report."""
+
 import os
 import time
 
@@ -6,8 +7,8 @@ import numpy as np
 
 from msopt.errors import InputError
 from msopt.runner.devices import parse_priorities, request_allow_growth, set_visible_gpus
-from msopt.runner.tensorflow_runtime import error_line
 from msopt.runner.placed_model import streams_in
+from msopt.runner.tensorflow_runtime import error_line
 
 
 def run_model(config, progress=lambda message: None):
@@ -53,9 +54,9 @@ def run_here(config, loaded, view, streams, priorities, progress):
     """One process: place, load, check inputs, compare, measure, trace, stage (paths in ``config`` absolute)."""
     from msopt.contents import signatures
     from msopt.runner.devices import bitwise_gpu_numerics
-    from msopt.runner.tensorflow_runtime import import_tensorflow
     from msopt.runner.feeds import batch_of, choose_signature, make_records
     from msopt.runner.placed_model import Runner
+    from msopt.runner.tensorflow_runtime import import_tensorflow
     from msopt.runner.timing import latency_summary, timed_steps
 
     specs = signatures(loaded)  # checked before TensorFlow loads, when the model declares signatures
@@ -64,18 +65,29 @@ def run_here(config, loaded, view, streams, priorities, progress):
         make_records(specs[chosen]["inputs"], config.batch_size, 1, config.seed, config.inputs_npz, view)
     progress("loading TensorFlow")
     import_tensorflow()
-    runner = Runner(loaded, view, streams, config.device, config.gpu_memory_fraction, config.allow_growth,
-                    priorities, config.intra_op_threads, config.inter_op_threads, replicas=config.worker_replicas)
+    runner = Runner(
+        loaded,
+        view,
+        streams,
+        config.device,
+        config.gpu_memory_fraction,
+        config.allow_growth,
+        priorities,
+        config.intra_op_threads,
+        config.inter_op_threads,
+        replicas=config.worker_replicas,
+    )
     try:
         name = choose_signature(runner.specs, config.signature)
         spec = runner.specs[name]
-        feeds = make_records(spec["inputs"], config.batch_size, config.records, config.seed, config.inputs_npz,
-                             view)
+        feeds = make_records(spec["inputs"], config.batch_size, config.records, config.seed, config.inputs_npz, view)
         batch = batch_of(feeds[0], config.batch_size)
         document = {
-            "model": config.model, "signature": name, "device_type": runner.device_type, "streams": streams,
-            "devices": [runner.layout.device_name(k) if runner.layout else f"/device:CPU:{k}"
-                        for k in range(streams)],
+            "model": config.model,
+            "signature": name,
+            "device_type": runner.device_type,
+            "streams": streams,
+            "devices": [runner.layout.device_name(k) if runner.layout else f"/device:CPU:{k}" for k in range(streams)],
             "placement": {"assigned_nodes": len(runner.partition), "constraint_merges": runner.merges},
             "inputs": {"source": config.inputs_npz or "generated", "records": len(feeds), "batch_size": batch},
             "warmup": config.warmup,
@@ -98,8 +110,11 @@ def run_here(config, loaded, view, streams, priorities, progress):
             latencies, wall, started = timed_steps(steps, config.iterations, config.warmup, config.worker_barrier)
             document.update(latency_summary(latencies, wall, batch))
             if config.worker_barrier:
-                document.update(latencies_ms=[round(x * 1e3, 4) for x in latencies], pid=os.getpid(),
-                                started_unix=time.time() - (time.perf_counter() - started))
+                document.update(
+                    latencies_ms=[round(x * 1e3, 4) for x in latencies],
+                    pid=os.getpid(),
+                    started_unix=time.time() - (time.perf_counter() - started),
+                )
         if config.trace_path or config.profile_path:
             from msopt.runner.trace import trace_run
 
@@ -137,7 +152,9 @@ def _compare(runner, path, tags, name, feeds, got, progress):
             try:
                 expected = other.run(name, f)
             except Exception as e:  # TensorFlow's runtime errors come in many types
-                raise InputError(f"--compare-to {path}: TensorFlow cannot run signature '{name}': {error_line(e)}") from None
+                raise InputError(
+                    f"--compare-to {path}: TensorFlow cannot run signature '{name}': {error_line(e)}"
+                ) from None
             same, diff = compare_outputs(expected, outputs)
             identical &= same
             worst = max(worst, diff)
@@ -151,4 +168,3 @@ def _save(path, outputs):
     tmp = f"{path}.tmp-{os.getpid()}.npz"
     np.savez(tmp, **arrays)
     os.replace(tmp, path)
-

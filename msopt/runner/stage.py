@@ -3,6 +3,7 @@
 The upstream call (inputs -> boundary) runs ahead in msopt.runner.stage_pipeline's threads; every
 delivered record is checked against the unpipelined run of the same graph.
 """
+
 from msopt import protos
 from msopt.errors import CheckFailed, InputError
 from msopt.load import Model
@@ -32,17 +33,24 @@ def run_stage(runner, view, name, feeds, model_outputs, config, progress):
         if not compare_outputs(whole[i % n], outputs)[0]:
             mismatches.append(i)
 
-    pipeline = StagePipeline(lambda i: (i, split.upstream(feeds[i % n])),
-                             lambda item: split.downstream(item[1], feeds[item[0] % n]),
-                             config.stage_threads, config.stage_capacity)
+    pipeline = StagePipeline(
+        lambda i: (i, split.upstream(feeds[i % n])),
+        lambda item: split.downstream(item[1], feeds[item[0] % n]),
+        config.stage_threads,
+        config.stage_capacity,
+    )
     progress(f"pipelining {count} records through {config.stage_threads} stage thread(s)")
     stats = pipeline.run(count, deliver)
     stats["identical_to_unpipelined"] = not mismatches
     if mismatches:
         raise CheckFailed(f"--stage: record {mismatches[0]} differs from the unpipelined run")
     frozen = executable is not runner.session_executable
-    return {**split.describe(), **stats, "graph": "frozen copy of the TF2 signature" if frozen else "the model's graph",
-            "max_abs_diff_to_model": model_diff}
+    return {
+        **split.describe(),
+        **stats,
+        "graph": "frozen copy of the TF2 signature" if frozen else "the model's graph",
+        "max_abs_diff_to_model": model_diff,
+    }
 
 
 def _stage_rule_edges(view):
@@ -52,8 +60,13 @@ def _stage_rule_edges(view):
     if "stage" not in POLICIES:
         raise InputError("--stage needs --stage-boundary (the stage rule is not available)")
     plan = run_rule("stage", view, RuleOptions(streams=2)).partition
-    return [(src, node.key) for node in view.real_nodes() if plan.get(node.key, 0) == 0
-            for src, _ in node.inputs if plan.get(src, 0) != 0]
+    return [
+        (src, node.key)
+        for node in view.real_nodes()
+        if plan.get(node.key, 0) == 0
+        for src, _ in node.inputs
+        if plan.get(src, 0) != 0
+    ]
 
 
 # -- splitting a Session graph at boundary tensors ------------------------------------------------------
@@ -85,15 +98,19 @@ class SessionSplit:
         if unused:
             raise InputError(f"boundary tensor '{unused[0]}' does not feed the outputs of signature '{signature}'")
         self.down_inputs = [k for k in self.inputs if input_tensors[k].op.name in down]
-        self.ops = {"upstream": sum(1 for op in up.values() if op.type not in SOURCE_OPS),
-                    "downstream": sum(1 for op in down.values() if op.type not in SOURCE_OPS),
-                    "shared": sum(1 for name, op in down.items() if name in up and op.type not in SOURCE_OPS)}
+        self.ops = {
+            "upstream": sum(1 for op in up.values() if op.type not in SOURCE_OPS),
+            "downstream": sum(1 for op in down.values() if op.type not in SOURCE_OPS),
+            "shared": sum(1 for name, op in down.items() if name in up and op.type not in SOURCE_OPS),
+        }
         if not self.ops["upstream"]:
             raise InputError("--stage: no op computes upstream of the boundary, nothing to pipeline")
         names = [t.name for t in self.boundary]
         self._up = executable.tensor_step(names, [spec["inputs"][k]["name"] for k in self.inputs])
-        self._down = executable.tensor_step([spec["outputs"][k]["name"] for k in self.outputs],
-                                            names + [spec["inputs"][k]["name"] for k in self.down_inputs])
+        self._down = executable.tensor_step(
+            [spec["outputs"][k]["name"] for k in self.outputs],
+            names + [spec["inputs"][k]["name"] for k in self.down_inputs],
+        )
 
     def upstream(self, feeds):
         """The boundary values for one record's ``feeds`` ({input key: array})."""
@@ -104,7 +121,11 @@ class SessionSplit:
         return dict(zip(self.outputs, self._down(*values, *(feeds[k] for k in self.down_inputs))))
 
     def describe(self):
-        return {"boundary": [t.name for t in self.boundary], "ops": self.ops, "downstream_reads_inputs": self.down_inputs}
+        return {
+            "boundary": [t.name for t in self.boundary],
+            "ops": self.ops,
+            "downstream_reads_inputs": self.down_inputs,
+        }
 
 
 def _tensor(graph, name):
@@ -113,8 +134,10 @@ def _tensor(graph, name):
     try:
         return graph.get_tensor_by_name(full)
     except (KeyError, ValueError):
-        raise InputError(f"--stage-boundary: no tensor '{name}' in the model (give a tensor name, a node key "
-                         "'function:node[:port]', or a node name found in one function only)") from None
+        raise InputError(
+            f"--stage-boundary: no tensor '{name}' in the model (give a tensor name, a node key "
+            "'function:node[:port]', or a node name found in one function only)"
+        ) from None
 
 
 def _ancestors(tensors, stop):
@@ -157,15 +180,21 @@ def cuttable(runner, signature):
     frozen, graph_def = convert_variables_to_constants_v2_as_graph(function)
     meta = protos.MetaGraphDef()
     meta.graph_def.ParseFromString(graph_def.SerializeToString())
-    executable = Executable(Model(runner.model.path, "graph_def", False, meta), runner.streams, runner.device_type,
-                            session_config=runner.config)
+    executable = Executable(
+        Model(runner.model.path, "graph_def", False, meta),
+        runner.streams,
+        runner.device_type,
+        session_config=runner.config,
+    )
     spec = runner.specs[signature]
     inputs = function.structured_input_signature[1]
     outputs = dict(zip(tf.nest.flatten(sorted(function.structured_outputs)), frozen.outputs))
-    executable.specs = {signature: {
-        "inputs": {k: {**v, "name": f"{inputs[k].name}:0"} for k, v in spec["inputs"].items()},
-        "outputs": {k: {**v, "name": outputs[k].name} for k, v in spec["outputs"].items()},
-    }}
+    executable.specs = {
+        signature: {
+            "inputs": {k: {**v, "name": f"{inputs[k].name}:0"} for k, v in spec["inputs"].items()},
+            "outputs": {k: {**v, "name": outputs[k].name} for k, v in spec["outputs"].items()},
+        }
+    }
     call = runner.view.nodes[spec["outputs"][next(iter(spec["outputs"]))]["name"].split(":")[0]]
     names = executed_names(runner.view, root=call.calls[0])
     return executable, names

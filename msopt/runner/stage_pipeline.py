@@ -5,6 +5,7 @@ one difference: no record is ever dropped or reordered. A producer may run at mo
 records ahead of the consumer; when the buffer is full it waits (and that wait is reported) rather
 than discarding its record after a timeout. The consumer takes records strictly in order.
 """
+
 import threading
 import time
 
@@ -43,8 +44,11 @@ class StagePipeline:
         def produce():
             while True:
                 with cond:
-                    while (state["claim"] < count and state["error"] is None
-                           and state["claim"] >= state["consume"] + self.capacity):
+                    while (
+                        state["claim"] < count
+                        and state["error"] is None
+                        and state["claim"] >= state["consume"] + self.capacity
+                    ):
                         t = clock()
                         cond.wait()
                         state["up_blocked"] += clock() - t
@@ -100,9 +104,14 @@ class StagePipeline:
                 w.join()
         wall = clock() - started
         return {
-            "records": delivered, "threads": self.threads, "capacity": self.capacity, "wall_s": round(wall, 4),
+            "records": delivered,
+            "threads": self.threads,
+            "capacity": self.capacity,
+            "wall_s": round(wall, 4),
             "records_per_s": round(delivered / wall, 3) if wall > 0 else None,
-            "upstream_busy_s": round(state["up_busy"], 4), "upstream_blocked_s": round(state["up_blocked"], 4),
-            "downstream_busy_s": round(down_busy, 4), "downstream_blocked_s": round(down_blocked, 4),
+            "upstream_busy_s": round(state["up_busy"], 4),
+            "upstream_blocked_s": round(state["up_blocked"], 4),
+            "downstream_busy_s": round(down_busy, 4),
+            "downstream_blocked_s": round(down_blocked, 4),
             "peak_buffered": state["peak"],
         }

@@ -2,6 +2,7 @@
 
 TensorFlow is imported here, inside functions, and nowhere on the proto-only paths.
 """
+
 import contextlib
 import io
 import logging
@@ -64,17 +65,24 @@ def hold_runtime_logs():
         return
     sys.stderr.flush()
     terminal = os.dup(2)
-    sys.stderr = io.TextIOWrapper(os.fdopen(terminal, "wb", buffering=0), encoding=sys.stderr.encoding or "utf-8",
-                                  errors="backslashreplace", line_buffering=True, write_through=True)
+    sys.stderr = io.TextIOWrapper(
+        os.fdopen(terminal, "wb", buffering=0),
+        encoding=sys.stderr.encoding or "utf-8",
+        errors="backslashreplace",
+        line_buffering=True,
+        write_through=True,
+    )
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
     os.close(null)
     _held.append(terminal)
 
 
-NOISE = re.compile(r"^(Graph execution error:|Detected at node|Node: |File |<stack traces unavailable>|"
-                   r"Original stack trace|\d+ root error\(s\) found|\d+ successful operations|"
-                   r"\d+ derived errors ignored|Additional GRPC error information)")
+NOISE = re.compile(
+    r"^(Graph execution error:|Detected at node|Node: |File |<stack traces unavailable>|"
+    r"Original stack trace|\d+ root error\(s\) found|\d+ successful operations|"
+    r"\d+ derived errors ignored|Additional GRPC error information)"
+)
 
 
 def error_line(error):
@@ -88,7 +96,7 @@ def error_line(error):
     lines = [line.strip() for line in text.splitlines()]
     marker = next((i for i, line in enumerate(lines) if "[[{{node" in line), len(lines))
     reason = ""
-    for line in reversed(lines[:marker + 1]):
+    for line in reversed(lines[: marker + 1]):
         line = re.sub(r"\s*\[\[\{\{node [^}]+\}\}\]\].*$", "", line).strip()
         line = re.sub(r"^\(\d+\) [A-Z_]+: ", "", line)
         if line and not NOISE.match(line):

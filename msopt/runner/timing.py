@@ -1,4 +1,5 @@
 """The timing loop: steps run warm-up then measured, and the latency and throughput figures over them."""
+
 import sys
 import time
 
@@ -51,8 +52,12 @@ def latency_summary(latencies, wall, batch_size):
         "steps": steps,
         "batch_size": batch_size,
         "latency_ms": {
-            "mean": _r(ms.mean()), "p50": _r(np.percentile(ms, 50)), "p95": _r(np.percentile(ms, 95)),
-            "p99": _r(np.percentile(ms, 99)), "min": _r(ms.min()), "max": _r(ms.max()),
+            "mean": _r(ms.mean()),
+            "p50": _r(np.percentile(ms, 50)),
+            "p95": _r(np.percentile(ms, 95)),
+            "p99": _r(np.percentile(ms, 99)),
+            "min": _r(ms.min()),
+            "max": _r(ms.max()),
         },
         "throughput": {"steps_per_s": _r(steps / wall), "records_per_s": _r(steps * batch_size / wall)},
         "wall_s": _r(wall),

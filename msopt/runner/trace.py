@@ -4,6 +4,7 @@ A Session inlines function bodies and names their nodes by the call path (``call
 ``executed_names`` maps those names back to graph-view keys (``function:op``), so the costs file
 speaks the same node keys as every partition. The costs file is ``{"unit": "us", "ops": {key: us}}``.
 """
+
 import json
 from collections import defaultdict
 
@@ -34,7 +35,7 @@ def executed_names(view, root=MAIN):
 
 def short_device(name):
     """'/job:localhost/replica:0/task:0/device:CPU:1' -> '/device:CPU:1' (other entries kept as they are)."""
-    return name[name.index("/device:"):] if "/device:" in name else name
+    return name[name.index("/device:") :] if "/device:" in name else name
 
 
 def _op_type(node_stats):
@@ -51,20 +52,27 @@ def chrome_trace(run_metadatas, names):
     devices = sorted({short_device(d.device) for md in run_metadatas for d in md.step_stats.dev_stats})
     pid = {device: k for k, device in enumerate(devices)}
     events = [{"ph": "M", "name": "process_name", "pid": pid[d], "tid": 0, "args": {"name": d}} for d in devices]
-    events += [{"ph": "M", "name": "process_sort_index", "pid": pid[d], "tid": 0, "args": {"sort_index": pid[d]}}
-               for d in devices]
+    events += [
+        {"ph": "M", "name": "process_sort_index", "pid": pid[d], "tid": 0, "args": {"sort_index": pid[d]}}
+        for d in devices
+    ]
     for step, md in enumerate(run_metadatas):
         for dev in md.step_stats.dev_stats:
             device = short_device(dev.device)
             for ns in dev.node_stats:
                 if ns.node_name == "_SOURCE":
                     continue
-                events.append({
-                    "ph": "X", "pid": pid[device], "tid": ns.thread_id,
-                    "name": tracer_key(ns.node_name, names) or ns.node_name,
-                    "ts": ns.all_start_micros - origin, "dur": max(ns.all_end_rel_micros, 0),
-                    "args": {"op": _op_type(ns), "node": ns.node_name, "device": device, "step": step},
-                })
+                events.append(
+                    {
+                        "ph": "X",
+                        "pid": pid[device],
+                        "tid": ns.thread_id,
+                        "name": tracer_key(ns.node_name, names) or ns.node_name,
+                        "ts": ns.all_start_micros - origin,
+                        "dur": max(ns.all_end_rel_micros, 0),
+                        "args": {"op": _op_type(ns), "node": ns.node_name, "device": device, "step": step},
+                    }
+                )
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
@@ -173,7 +181,8 @@ def trace_run(runner, name, feeds, config, progress):
     if runner.layout is not None:  # the physical GPU (visible index) behind each stream's devices
         result["executed"]["stream_to_gpu"] = {
             stream: sorted({runner.layout.gpu_of_device(d) for d in devices} - {None})
-            for stream, devices in streams_on.items()}
+            for stream, devices in streams_on.items()
+        }
     if config.trace_path:
         _write_json(config.trace_path, chrome_trace(metadata, names))
         result["trace"] = config.trace_path

@@ -1,4 +1,5 @@
 """Check that a rewritten model computes exactly what the original does (bitwise, on generated or given inputs)."""
+
 import numpy as np
 
 from msopt.errors import InputError
@@ -50,11 +51,19 @@ def verify(original, rewritten, devices, device_type="cpu", batch_size=3, seed=0
     view = GraphView(original.graph_def)
     try:
         for name, spec in before.specs.items():
-            feeds = read_npz(inputs_npz, spec["inputs"]) if inputs_npz else InputGenerator(spec["inputs"], view)(batch_size, seed)
+            feeds = (
+                read_npz(inputs_npz, spec["inputs"])
+                if inputs_npz
+                else InputGenerator(spec["inputs"], view)(batch_size, seed)
+            )
             try:
                 expected = before.run(name, feeds)
             except Exception as e:  # TensorFlow's runtime errors come in many types
-                source = f"the inputs of {inputs_npz}" if inputs_npz else "generated inputs (pass real ones with --inputs FILE.npz)"
+                source = (
+                    f"the inputs of {inputs_npz}"
+                    if inputs_npz
+                    else "generated inputs (pass real ones with --inputs FILE.npz)"
+                )
                 raise InputError(f"{original.path}: signature '{name}' fails on {source}: {error_line(e)}") from None
             try:
                 identical, worst = compare_outputs(expected, after.run(name, feeds))
@@ -70,8 +79,9 @@ def verify(original, rewritten, devices, device_type="cpu", batch_size=3, seed=0
         after.close()
     report["identical"] = all(s["identical"] for s in report["signatures"].values())
     report["max_abs_diff"] = max((s["max_abs_diff"] for s in report["signatures"].values()), default=0.0)
-    report["ok"] = report["identical"] or (tolerance is not None and "error" not in report
-                                           and report["max_abs_diff"] <= tolerance)
+    report["ok"] = report["identical"] or (
+        tolerance is not None and "error" not in report and report["max_abs_diff"] <= tolerance
+    )
     if tolerance is not None:
         report["tolerance"] = tolerance
     return report
@@ -96,9 +106,16 @@ def executed_differences(before, after, signature, feeds, devices, soft_placemen
             continue
         rows.append({"node": name, "original": _show(a), "rewritten": _show(b), "why": _why(name, a, b, graphs)})
     if not rows:
-        return [{"node": None, "why": "both models run the same kernels on the same inputs: the difference comes "
-                                      "from a kernel whose result depends on the device it runs on"}]
-    return rows[:limit] + ([{"node": None, "why": f"{len(rows) - limit} more node(s) differ"}] if len(rows) > limit else [])
+        return [
+            {
+                "node": None,
+                "why": "both models run the same kernels on the same inputs: the difference comes "
+                "from a kernel whose result depends on the device it runs on",
+            }
+        ]
+    return rows[:limit] + (
+        [{"node": None, "why": f"{len(rows) - limit} more node(s) differ"}] if len(rows) > limit else []
+    )
 
 
 def _executed(exe, signature, feeds, devices, soft_placement):
@@ -119,8 +136,12 @@ def _executed(exe, signature, feeds, devices, soft_placement):
     else:
         spec = exe.specs[signature]
         metadata = tf.compat.v1.RunMetadata()
-        step = exe.tensor_step([o["name"] for o in spec["outputs"].values()], [spec["inputs"][k]["name"] for k in feeds],
-                               options=tf.compat.v1.RunOptions(output_partition_graphs=True), run_metadata=metadata)
+        step = exe.tensor_step(
+            [o["name"] for o in spec["outputs"].values()],
+            [spec["inputs"][k]["name"] for k in feeds],
+            options=tf.compat.v1.RunOptions(output_partition_graphs=True),
+            run_metadata=metadata,
+        )
         step(*feeds.values())
         partitions = list(metadata.partition_graphs)
     recv = {n.name for g in partitions for n in g.node if n.op in ("_Recv", "_HostRecv")}
@@ -147,10 +168,15 @@ def _show(entry):
 
 def _why(name, old, new, graphs):
     scope = name.rsplit("/", 1)[0] + "/ArithmeticOptimizer/"
-    if "ArithmeticOptimizer/" in name or any(n.startswith(scope) for g in graphs for n in g) or \
-            any("ArithmeticOptimizer/" in i for e in (old, new) if e for i in e[1]):
-        return ("grappler's arithmetic optimizer regrouped these Add/Mul nodes in one model only (it does so only "
-                "while they share a device): they sum in another order")
+    if (
+        "ArithmeticOptimizer/" in name
+        or any(n.startswith(scope) for g in graphs for n in g)
+        or any("ArithmeticOptimizer/" in i for e in (old, new) if e for i in e[1])
+    ):
+        return (
+            "grappler's arithmetic optimizer regrouped these Add/Mul nodes in one model only (it does so only "
+            "while they share a device): they sum in another order"
+        )
     ops = {e[0] for e in (old, new) if e}
     if any(op.startswith("_") and "Fused" in op for op in ops) or (old is None) != (new is None):
         return "fused into one kernel in one model only (grappler remapper or oneDNN): other rounding"

@@ -6,6 +6,7 @@ temporary directory of its own, removed afterwards; paths the user gave must be 
 TensorFlow's native log lines (grappler's ``E0000 ... meta_optimizer.cc`` and the like) are held back
 too, unless MSOPT_DEBUG is set: msopt reports failures itself, in one line.
 """
+
 import contextlib
 import functools
 import os

@@ -1,12 +1,25 @@
 """The DOT picture of folded boxes (built and rendered with the graphviz package), its colours and legend."""
+
 import math
 import os
 from collections import Counter
 
 import graphviz
 
-PALETTE = ["#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462",
-           "#b3de69", "#fccde5", "#d9d9d9", "#bc80bd", "#ccebc5", "#ffed6f"]
+PALETTE = [
+    "#8dd3c7",
+    "#ffffb3",
+    "#bebada",
+    "#fb8072",
+    "#80b1d3",
+    "#fdb462",
+    "#b3de69",
+    "#fccde5",
+    "#d9d9d9",
+    "#bc80bd",
+    "#ccebc5",
+    "#ffed6f",
+]
 CROSS_COLOR = "#d62728"
 BAR_WIDTH = 120  # points: the bar of stream shares under a box's label
 
@@ -41,8 +54,17 @@ def to_dot(ops, edges, root, streams, rows, title, share_of="est. time"):
     unit_of, ids = _units(root, len(ops))
     bundles, crossing_inside = _bundles(edges, unit_of, streams)
     graph = graphviz.Digraph("msopt")
-    graph.attr("graph", rankdir="TB", newrank="true", fontname="Helvetica", fontsize="12", labelloc="t",
-               nodesep="0.25", ranksep="0.4", label=_esc(title))
+    graph.attr(
+        "graph",
+        rankdir="TB",
+        newrank="true",
+        fontname="Helvetica",
+        fontsize="12",
+        labelloc="t",
+        nodesep="0.25",
+        ranksep="0.4",
+        label=_esc(title),
+    )
     graph.attr("node", fontname="Helvetica", fontsize="10", shape="box", style="rounded,filled", penwidth="0.8")
     graph.attr("edge", color="#7f7f7f", arrowsize="0.6", fontname="Helvetica", fontsize="8")
 
@@ -50,8 +72,13 @@ def to_dot(ops, edges, root, streams, rows, title, share_of="est. time"):
         for child in box.children.values():
             if child.open:
                 with into.subgraph(name=f"cluster_{ids[id(child)]}") as frame:
-                    frame.attr(label=f"{_esc(_short(child.name))} ({child.size} ops)", style="rounded,dashed",
-                               color="#9e9e9e", fontsize="10", **{"class": "stage" if child.stage else "scope"})
+                    frame.attr(
+                        label=f"{_esc(_short(child.name))} ({child.size} ops)",
+                        style="rounded,dashed",
+                        color="#9e9e9e",
+                        fontsize="10",
+                        **{"class": "stage" if child.stage else "scope"},
+                    )
                     draw(child, frame)
             else:
                 uid = f"b{ids[id(child)]}"
@@ -59,9 +86,15 @@ def to_dot(ops, edges, root, streams, rows, title, share_of="est. time"):
         for i in box.ops:
             s = streams[i]
             name = _short(ops[i].path[-1])
-            into.node(f"o{i}", label=_esc(name if name == ops[i].op else f"{name}\n{ops[i].op}"), shape="ellipse",
-                      style="filled", fillcolor=stream_color(s), tooltip=_esc("/".join(ops[i].path)),
-                      **{"class": f"stream{s}"})
+            into.node(
+                f"o{i}",
+                label=_esc(name if name == ops[i].op else f"{name}\n{ops[i].op}"),
+                shape="ellipse",
+                style="filled",
+                fillcolor=stream_color(s),
+                tooltip=_esc("/".join(ops[i].path)),
+                **{"class": f"stream{s}"},
+            )
 
     draw(root, graph)
     for (u, v, kind), count in bundles.items():
@@ -115,28 +148,44 @@ def _box_attrs(box, cross_inside):
     """A closed box: filled with its main stream's colour; a box over several streams gets a bar of its shares."""
     size = box.size
     shares = sorted(box.streams.items(), key=lambda kv: (-kv[1], kv[0]))
-    attrs = {"style": "rounded,filled", "fillcolor": stream_color(shares[0][0]),
-             "class": " ".join(f"stream{s}" for s in sorted(box.streams)), "tooltip": _esc("/".join(box.path) or box.name)}
+    attrs = {
+        "style": "rounded,filled",
+        "fillcolor": stream_color(shares[0][0]),
+        "class": " ".join(f"stream{s}" for s in sorted(box.streams)),
+        "tooltip": _esc("/".join(box.path) or box.name),
+    }
     if len(shares) == 1:
         return {"label": _esc(f"{_short(box.name)}\n{size} ops · stream {shares[0][0]}"), **attrs}
     detail = "  ".join(f"s{s} {n / size:.0%}" for s, n in shares[:4]) + ("  …" if len(shares) > 4 else "")
-    inside = f'<TR><TD><FONT COLOR="{CROSS_COLOR}">{_count(cross_inside, "cross-stream edge")} inside</FONT></TD></TR>' \
-        if cross_inside else ""
-    bar = "".join(f'<TD BGCOLOR="{stream_color(s)}" WIDTH="{max(1, round(n / size * BAR_WIDTH))}" HEIGHT="7" '
-                  'FIXEDSIZE="TRUE"></TD>' for s, n in sorted(box.streams.items()))
-    label = (f'<<TABLE BORDER="0" CELLSPACING="0" CELLPADDING="1"><TR><TD>{_html(_short(box.name))}</TD></TR>'
-             f'<TR><TD>{size} ops · {_html(detail)}</TD></TR>{inside}'
-             f'<TR><TD><TABLE BORDER="1" CELLBORDER="0" CELLSPACING="0" CELLPADDING="0" COLOR="#555555"><TR>{bar}</TR>'
-             '</TABLE></TD></TR></TABLE>>')
+    inside = (
+        f'<TR><TD><FONT COLOR="{CROSS_COLOR}">{_count(cross_inside, "cross-stream edge")} inside</FONT></TD></TR>'
+        if cross_inside
+        else ""
+    )
+    bar = "".join(
+        f'<TD BGCOLOR="{stream_color(s)}" WIDTH="{max(1, round(n / size * BAR_WIDTH))}" HEIGHT="7" '
+        'FIXEDSIZE="TRUE"></TD>'
+        for s, n in sorted(box.streams.items())
+    )
+    label = (
+        f'<<TABLE BORDER="0" CELLSPACING="0" CELLPADDING="1"><TR><TD>{_html(_short(box.name))}</TD></TR>'
+        f"<TR><TD>{size} ops · {_html(detail)}</TD></TR>{inside}"
+        f'<TR><TD><TABLE BORDER="1" CELLBORDER="0" CELLSPACING="0" CELLPADDING="0" COLOR="#555555"><TR>{bar}</TR>'
+        "</TABLE></TD></TR></TABLE>>"
+    )
     return {"label": label, **attrs}
 
 
 def _legend_html(rows, share_of):
-    cells = ['<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0" CELLPADDING="3">',
-             f'<TR><TD><B>stream</B></TD><TD><B>ops</B></TD><TD><B>{_html(share_of)}</B></TD></TR>']
+    cells = [
+        '<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0" CELLPADDING="3">',
+        f"<TR><TD><B>stream</B></TD><TD><B>ops</B></TD><TD><B>{_html(share_of)}</B></TD></TR>",
+    ]
     for row in rows:
-        cells.append(f'<TR><TD BGCOLOR="{row["color"]}">stream {row["stream"]}</TD><TD ALIGN="RIGHT">{row["ops"]}</TD>'
-                     f'<TD ALIGN="RIGHT">{row["share"]:.0%}</TD></TR>')
+        cells.append(
+            f'<TR><TD BGCOLOR="{row["color"]}">stream {row["stream"]}</TD><TD ALIGN="RIGHT">{row["ops"]}</TD>'
+            f'<TD ALIGN="RIGHT">{row["share"]:.0%}</TD></TR>'
+        )
     cells.append(f'<TR><TD COLSPAN="3"><FONT COLOR="{CROSS_COLOR}">- - -</FONT> cross-stream edges (count)</TD></TR>')
     cells.append("</TABLE>")
     return "".join(cells)

@@ -1,4 +1,5 @@
 """Name scopes folded into boxes: open to a depth and along expanded paths; crowded scopes cut into stages."""
+
 import heapq
 import math
 from collections import Counter, defaultdict
@@ -54,7 +55,9 @@ def fold(ops, edges, partition, depth=1, expand=()):
     for path in wanted:
         if path not in scopes:
             top = ", ".join(sorted(root.children)[:12])
-            raise InputError(f"--expand: no scope '{'/'.join(path)}' in the picture; scopes at the top: {top or 'none'}")
+            raise InputError(
+                f"--expand: no scope '{'/'.join(path)}' in the picture; scopes at the top: {top or 'none'}"
+            )
     _Opener(ops, edges, streams, depth, wanted).open(root, 0)
     return root, streams
 
@@ -95,7 +98,7 @@ def _cut_into_stages(box, ops, edges, streams):
     members = list(box.children.values()) + box.ops
     member_of = {}
     for m, member in enumerate(members):
-        for i in (member.all_ops() if isinstance(member, Box) else [member]):
+        for i in member.all_ops() if isinstance(member, Box) else [member]:
             member_of[i] = m
     first = [math.inf] * len(members)
     for i, m in member_of.items():

@@ -1,4 +1,5 @@
 """The ops one signature runs, as the flattened run lists them, each under a scope path for drawing."""
+
 from msopt.errors import InputError
 from msopt.flat import flat_run, is_call
 from msopt.graph import MAIN

@@ -8,6 +8,7 @@ daemon as a CUDA client would (a standin-client-<pid> file in its pipe directory
 MSOPT_PROBE_CRASH names its replica index, kills the process: at start-up
 (MSOPT_PROBE_CRASH_AT=start) or once the parent has released the workers (=run).
 """
+
 import json
 import os
 import signal
@@ -19,8 +20,13 @@ _replica = os.environ.get("MSOPT_REPLICA")
 _probe = os.environ.get("MSOPT_PROBE_DIR")
 if _replica is not None and _probe:
     with open(os.path.join(_probe, f"replica-{_replica}.json"), "w") as _f:
-        json.dump({**{k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "TF_FORCE_GPU", "TF_CUDNN"))},
-                   "argv": sys.argv}, _f)
+        json.dump(
+            {
+                **{k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "TF_FORCE_GPU", "TF_CUDNN"))},
+                "argv": sys.argv,
+            },
+            _f,
+        )
     _attach = os.environ.get("MSOPT_PROBE_ATTACH", "")
     if _attach == "all" or _replica in _attach.split(","):
         _pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
