@@ -17,6 +17,7 @@ from msopt.errors import InputError, VerifyFailed
 from msopt.outputs import check_parent
 from msopt.plan import (
     CostOptions,
+    HostOptions,
     ManualOptions,
     PlanOptions,
     StageOptions,
@@ -56,6 +57,8 @@ def partition(
     target: str | None = None,
     batch_size: int = 1,
     costs: PathLike | None = None,
+    host_profile: PathLike | None = None,
+    merge_copy_streams: bool = False,
     rules: PathLike | None = None,
     override: bool = False,
     const_dup: bool = True,
@@ -73,6 +76,9 @@ def partition(
     array per signature input) replaces the generated inputs of the verification; ``tolerance``
     accepts outputs that differ by at most that much (the report says they are not bitwise equal).
     ``warn`` receives a warning per rule of ``rules`` that matched no node, as soon as the plan is made.
+    ``host_profile`` (JSON) replaces the host model's constants with measured ones; ``merge_copy_streams``
+    simulates copies on the compute streams. The simulated figures carry their ranges over the host
+    assumptions (``speedup_range``, ``makespan_ms_range``) and ``robust``.
     """
     from msopt import emit
     from msopt.load import open_model
@@ -109,7 +115,7 @@ def partition(
     options = PlanOptions(
         streams=streams,
         policy=policy,
-        cost=CostOptions(target, batch_size, _path(costs)),
+        cost=CostOptions(target, batch_size, _path(costs), host=HostOptions(_path(host_profile), merge_copy_streams)),
         manual=ManualOptions(rules, override),
         stage=StageOptions(tuple(boundary)),
         const_dup=const_dup,
@@ -160,7 +166,7 @@ def partition(
         "output": written and out,
         "elapsed_s": verified.pop("elapsed_s", round(time.perf_counter() - started, 3)),
     }
-    document["simulated"] = run_simulation(view, result.partition, streams, cost_model).report()
+    document["simulated"] = simulated_figures(view, result.partition, streams, cost_model, run_simulation)
     document.update(verified)
     if report:
         _write_json(report, document)
@@ -186,6 +192,8 @@ def simulate(
     batch_size: int = 1,
     costs: PathLike | None = None,
     launch_threads: int | None = None,
+    host_profile: PathLike | None = None,
+    merge_copy_streams: bool = False,
     signature: str | None = None,
     boundary: Iterable[str] = (),
     rules: PathLike | None = None,
@@ -194,7 +202,12 @@ def simulate(
     tags: str | None = None,
     progress: Progress = None,
 ) -> dict[str, Any]:
-    """Plan as `partition` would, then simulate one run on a GPU: `msopt simulate --json`. Writes no model."""
+    """Plan as `partition` would, then simulate one run on a GPU: `msopt simulate --json`. Writes no model.
+
+    The figures carry their ranges over the host assumptions (``speedup_range``, ``makespan_ms_range``) and
+    ``robust`` (at least as fast as one stream under every one); ``host_profile`` and ``merge_copy_streams``
+    as for `partition`.
+    """
     from msopt.load import open_model
     from msopt.simulate import simulate as run_simulation
 
@@ -209,7 +222,14 @@ def simulate(
         policy=policy,
         manual=ManualOptions(rules, override),
         stage=StageOptions(tuple(boundary)),
-        cost=CostOptions(target, batch_size, _path(costs), signature, launch_threads),
+        cost=CostOptions(
+            target,
+            batch_size,
+            _path(costs),
+            signature,
+            launch_threads,
+            HostOptions(_path(host_profile), merge_copy_streams),
+        ),
     )
     cost_model = build_cost_model(view, loaded, options.cost)
     say(f"partitioning with policy {policy}")
@@ -219,7 +239,7 @@ def simulate(
     document = {
         "model": model,
         "policy": policy,
-        **result.report(),
+        **simulated_figures(view, planned.partition, streams, cost_model, lambda *a: result),
         "constraint_merges": len(planned.merges),
         "notes": planned.notes,
         "elapsed_s": round(time.perf_counter() - started, 3),
@@ -231,6 +251,14 @@ def simulate(
         _write_json(path, chrome_trace(result))
         document["timeline"] = path
     return document
+
+
+def simulated_figures(view, partition, streams, cost_model, run_simulation) -> dict[str, Any]:
+    """The simulation report of a plan with its ranges over the host assumptions and ``robust``."""
+    from msopt.uncertainty import ranges
+
+    result = run_simulation(view, partition, streams, cost_model)
+    return {**result.report(), **ranges(view, partition, streams, cost_model, result)}
 
 
 def unmatched_warnings(unmatched: list[dict], rules: str | None) -> list[str]:

@@ -13,6 +13,7 @@ Reshape, control-flow plumbing, functional If/While whose functions' ops are the
 take no time. Measured times from a costs file replace the standalone time of the ops they name.
 """
 
+import copy
 import json
 import math
 
@@ -98,6 +99,7 @@ class CostModel:
         self.view = view
         self.target = target
         self.batch_size = batch_size
+        self.host_ranges = None  # {constant: (lo, hi)} of the uncertain host constants (None: msopt.host_model's)
         with gc_paused():
             self._build(view, model, batch_size, costs, signature)
 
@@ -205,10 +207,21 @@ class CostModel:
             self._single = single_stream(self).makespan_us
         return self._single
 
-    def lower_bound(self):
-        """{lower_bound_us, critical_path_us, total_work_us, host_launch_us} (computed once)."""
+    def lower_bound(self, streams=1):
+        """{lower_bound_us, critical_path_us, total_work_us, host_launch_us} on ``streams`` streams (cached)."""
         if self._bound is None:
+            self._bound = {}
+        if streams not in self._bound:
             from msopt.simulate import lower_bound
 
-            self._bound = lower_bound(self)
-        return self._bound
+            self._bound[streams] = lower_bound(self, streams)
+        return self._bound[streams]
+
+    def with_target(self, target):
+        """The same tasks and times under other host constants (``target`` differs only in its host model)."""
+        other = copy.copy(self)
+        other.target = target
+        other._single = None
+        other._bound = None
+        other._corner_models = None
+        return other

@@ -23,6 +23,7 @@ from msopt.rules import (
 __all__ = [
     "CollectiveOptions",
     "CostOptions",
+    "HostOptions",
     "ManualOptions",
     "PlanOptions",
     "PlanResult",
@@ -35,6 +36,14 @@ __all__ = [
 
 
 @dataclass(frozen=True)
+class HostOptions:
+    """The host model's settings: a measured host profile and the copy-stream configuration simulated."""
+
+    profile: str | None = None  # JSON file of measured host constants (msopt.host_model.load_host_profile)
+    merge_copy_streams: bool = False  # copies on the compute streams (TensorFlow's stream_merge_options)
+
+
+@dataclass(frozen=True)
 class CostOptions:
     """The cost model's settings: target GPU, size of the unknown batch dimension, measured costs, signature."""
 
@@ -42,7 +51,8 @@ class CostOptions:
     batch_size: int = 1
     costs: str | None = None  # JSON file of measured per-op times
     signature: str | None = None  # default: serving_default, else the first
-    launch_threads: int | None = None  # host threads launching kernels at once (default: the target's)
+    launch_threads: int | None = None  # inter-op threads launching kernels (default: the target's host's cores)
+    host: HostOptions = field(default_factory=HostOptions)
 
 
 @dataclass(frozen=True)
@@ -86,18 +96,25 @@ def resolve_policy(policy: str | None, rules: str | None, default: str | None = 
 def build_cost_model(view, model, cost: CostOptions):
     """The cost model the commands share (bad targets, batch sizes and costs files are InputErrors)."""
     from msopt.cost import DEFAULT_TARGET, TARGETS, CostModel
+    from msopt.host_model import load_host_profile, ranges_for
 
     if cost.batch_size is not None and cost.batch_size < 1:
         raise InputError(f"--batch-size must be at least 1, got {cost.batch_size}")
     name = cost.target or DEFAULT_TARGET
-    target: object = name  # CostModel takes a target's name or a Target
+    if name not in TARGETS:
+        raise InputError(f"unknown target '{name}'; choose one of: {', '.join(TARGETS)}")
+    profile = load_host_profile(cost.host.profile) if cost.host.profile else None
+    host: dict = dict(profile.values) if profile else {}
     if cost.launch_threads is not None:
-        if name not in TARGETS:
-            raise InputError(f"unknown target '{name}'; choose one of: {', '.join(TARGETS)}")
-        target = replace(TARGETS[name], launch_threads=cost.launch_threads)
-    return CostModel(
+        host["launch_threads"] = cost.launch_threads
+    if cost.host.merge_copy_streams:
+        host["merge_copy_streams"] = True
+    target = replace(TARGETS[name], **host)
+    cost_model = CostModel(
         view, model, target=target, batch_size=cost.batch_size or 1, costs=cost.costs, signature=cost.signature
     )
+    cost_model.host_ranges = ranges_for(profile)
+    return cost_model
 
 
 def rule_options(options: PlanOptions, cost_model=None) -> RuleOptions:

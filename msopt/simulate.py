@@ -19,14 +19,20 @@ The partition maps node keys to streams. An op inside a function body that the p
 name runs where its caller runs (TensorFlow places a called function's unplaced ops on the call's
 device); anything else absent runs on stream 0.
 
-The model of the machine (assumptions in the README):
-  - ``target.launch_threads`` host threads (default 1) launch kernels, ``target.launch_us`` each, in
-    the order their inputs become ready on the host (TensorFlow's executor: a GPU op's output is
-    ready on the host as soon as its kernel is enqueued; a cross-stream input once the copy is done).
+The model of the machine (constants and sources in msopt.host_model and docs/reference.md):
+  - Each stream has its own executor (TensorFlow: one per device, each stream a virtual GPU), which
+    handles its ops one at a time in the order their inputs become ready on the host, on a thread of
+    the inter-op pool (``target.launch_threads`` threads shared by all executors). Per op it pays
+    ``op_overhead_us``; per kernel also the driver's launch, ``launch_us``, of which the share
+    ``launch_contention`` holds a context-wide driver resource (one launch at a time across threads).
+    A GPU op's output is ready on the host once its kernel is enqueued; a cross-stream input once
+    the copy is done.
   - Each stream runs its kernels in launch order, one after another.
   - A cross-stream data edge costs an event sync (``target.sync_us``) and a device-to-device copy
     of the tensor (``copy_latency_us`` + bytes / copy bandwidth), once per tensor and destination
-    stream; a cross-stream control edge costs the sync only. Constants, inputs and variable handles
+    stream, queued on the producing stream's ``copy_streams`` copy streams (or, with
+    ``merge_copy_streams``, on its compute stream, delaying its next kernel); a cross-stream
+    control edge costs the sync only. Constants, inputs and variable handles
     are read in place by every stream.
   - The GPU is one shared resource of capacity 1: a kernel alone uses ``share`` of it; when the
     running kernels ask for more than 1 in total, every one slows by the same factor (processor
@@ -60,7 +66,7 @@ class Result:
 
     @property
     def lower_bound_us(self):
-        return self.cost_model.lower_bound()["lower_bound_us"]
+        return self.cost_model.lower_bound(self.streams)["lower_bound_us"]
 
     @property
     def waits(self):
@@ -89,7 +95,8 @@ class Result:
 
     def report(self):
         cm = self.cost_model
-        bound = cm.lower_bound()
+        bound = cm.lower_bound(self.streams)
+        target = cm.target
         single = self.single_stream_us
         ms = lambda us: round(us / 1000.0, 6)  # noqa: E731
         return {
@@ -107,7 +114,8 @@ class Result:
             "critical_path_ms": ms(bound["critical_path_us"]),
             "total_work_ms": ms(bound["total_work_us"]),
             "host_launch_ms": ms(bound["host_launch_us"]),
-            "launch_threads": cm.target.launch_threads,
+            "launch_threads": min(len(set(self.stream_of)) or 1, target.launch_threads),  # threads that launched
+            "host": host_settings(target),
             "syncs": self.syncs,
             "copies": self.copies,
             "copy_bytes": self.copy_bytes,
@@ -117,6 +125,15 @@ class Result:
             "ops_with_unknown_shape": cm.unknown_shapes,
             "ops_measured": cm.measured,
         }
+
+
+def host_settings(target):
+    """The host model's constants a simulation ran with."""
+    names = ("op_overhead_us", "launch_us", "launch_contention", "launch_threads", "sync_us", "copy_latency_us")
+    settings = {name: getattr(target, name) for name in names}
+    settings["copy_streams"] = target.copy_streams
+    settings["merge_copy_streams"] = target.merge_copy_streams
+    return settings
 
 
 def streams_of(cost_model, partition):
@@ -146,7 +163,9 @@ def _run(cm, streams, stream_of, record_waits):
     n = len(t.key)
     duration, share, kernel, neutral, out_bytes = cm.duration, cm.share, cm.kernel, cm.neutral, cm.out_bytes
     succ, preds = cm.successors(), cm.pred_count()
-    launch, sync = target.launch_us, target.sync_us
+    launch, sync, overhead = target.launch_us, target.sync_us, target.op_overhead_us
+    serial = target.launch_contention * launch  # held on the driver's context-wide resource
+    own = launch - serial  # on the launching thread alone
     copy_fixed, copy_rate = target.copy_latency_us, target.copy_gbs * 1e3  # bytes per microsecond
     inf = float("inf")
 
@@ -165,7 +184,12 @@ def _run(cm, streams, stream_of, record_waits):
 
     host = [(0.0, i) for i in range(n) if preds[i] == 0]
     heapq.heapify(host)
-    launchers = [0.0] * max(1, target.launch_threads)  # when each host launch thread is next free (a heap)
+    pool = [0.0] * max(1, min(target.launch_threads, streams))  # when each inter-op thread is next free (a heap)
+    executor_free = [0.0] * streams  # each stream's executor handles one op at a time
+    driver = [0.0]  # when the driver's context-wide launch resource is next free
+    merge = target.merge_copy_streams
+    copy_lanes = [[0.0] * target.copy_streams for _ in range(streams)] if target.copy_streams > 0 else None
+    stream_block = [0.0] * streams  # merged copies: the compute stream is busy copying until then
     queue = [[] for _ in range(streams)]  # per stream: launched kernels in launch order
     qhead = [0] * streams
     stream_busy = [False] * streams
@@ -207,7 +231,9 @@ def _run(cm, streams, stream_of, record_waits):
                     ready = transfers.get(key)
                     if ready is None:
                         nbytes = out_bytes[i][port] if 0 <= port < len(out_bytes[i]) else 0
-                        ready = at + sync + (copy_fixed + nbytes / copy_rate if port >= 0 else 0.0)
+                        ready = at + sync
+                        if port >= 0:
+                            ready = sync + copy_done(s, at, copy_fixed + nbytes / copy_rate)
                         transfers[key] = ready
                         if port >= 0:
                             moved[0] += 1
@@ -223,19 +249,46 @@ def _run(cm, streams, stream_of, record_waits):
                         end[j] = device_ready[j]
                         work.append((j, device_ready[j]))
 
+    def copy_done(s, at, took):
+        """When a copy of ``took`` microseconds, issued by stream ``s`` at ``at``, is done."""
+        if merge:  # on the compute stream: the stream's next kernel waits for it
+            begin = at if at > stream_block[s] else stream_block[s]
+            stream_block[s] = begin + took
+            return begin + took
+        if copy_lanes is None:
+            return at + took
+        lanes = copy_lanes[s]
+        begin = at if at > lanes[0] else lanes[0]
+        heapq.heapreplace(lanes, begin + took)
+        return begin + took
+
     while done < n:
-        # The host launches, one at a time, every op whose inputs it knows ready (it never waits for the GPU).
+        # Each stream's executor handles, one at a time, every op whose inputs it knows ready (it never
+        # waits for the GPU), on a thread of the inter-op pool.
         while host and host[0][0] <= now:
             ready, i = heapq.heappop(host)
+            s = stream_of[i]
+            if kernel[i] or overhead > 0:
+                begin = max(ready, executor_free[s], pool[0])
+                if begin > ready:  # its executor or every pool thread is busy: back when one is free
+                    heapq.heappush(host, (begin, i))
+                    continue
+                handled = begin + overhead
             if kernel[i]:
-                free = launchers[0]
-                host_free = (free if free > ready else ready) + launch
-                heapq.heapreplace(launchers, host_free)
-                s = stream_of[i]
+                host_free = handled + own
+                if serial > 0:
+                    host_free = (host_free if host_free > driver[0] else driver[0]) + serial
+                    driver[0] = host_free
+                executor_free[s] = host_free
+                heapq.heapreplace(pool, host_free)
                 queue[s].append((host_free, i))
                 waiting_streams.append(s)
                 on_host(i, host_free)
             else:
+                if overhead > 0:
+                    executor_free[s] = handled
+                    heapq.heapreplace(pool, handled)
+                    ready = handled
                 start[i] = ready
                 done += 1
                 on_host(i, ready)
@@ -251,7 +304,7 @@ def _run(cm, streams, stream_of, record_waits):
                 at, i = queue[s][qhead[s]]
                 qhead[s] += 1
                 stream_busy[s] = True
-                heapq.heappush(starts, (at if at > now else now, i))
+                heapq.heappush(starts, (max(at, now, stream_block[s]), i))
         waiting_streams.clear()
         # Advance to the next event: a kernel ends, a kernel starts, or the host finds an op ready.
         rate = 1.0 / demand if demand > 1.0 else 1.0
@@ -290,9 +343,10 @@ def single_stream(cost_model):
         return _run(cost_model, 1, [0] * len(cost_model), record_waits=False)
 
 
-def lower_bound(cost_model):
-    """No schedule on this GPU beats the longest chain of standalone times, the total work at full GPU,
-    or the host's time to launch every kernel."""
+def lower_bound(cost_model, streams=1):
+    """No schedule on ``streams`` streams of this GPU beats the longest chain of standalone times, the total
+    work at full GPU, or the host's time to handle every op and launch every kernel (spread over as many
+    threads as there are executors and pool threads, the driver's serialized share of launches excepted)."""
     cm = cost_model
     n = len(cm)
     finish = [0.0] * n
@@ -305,7 +359,12 @@ def lower_bound(cost_model):
         finish[i] = ready + cm.duration[i]
     critical = max(finish, default=0.0)
     work = sum(d * s for d, s, k in zip(cm.duration, cm.share, cm.kernel) if k)
-    host = sum(cm.kernel) * cm.target.launch_us / max(1, cm.target.launch_threads)
+    target, kernels = cm.target, sum(cm.kernel)
+    threads = max(1, min(streams, target.launch_threads))
+    host = max(
+        (kernels * target.launch_us + n * target.op_overhead_us) / threads,
+        kernels * target.launch_us * target.launch_contention,
+    )
     return {
         "lower_bound_us": max(critical, work, host),
         "critical_path_us": critical,

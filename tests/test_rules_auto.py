@@ -20,11 +20,16 @@ def auto_plan(v, streams, cost, model=None):
     return result.partition, result.report
 
 
-def brute_force_best(v, streams, cost, keys):
-    """The shortest simulated makespan over every assignment of ``keys`` to streams (after the constraints)."""
+def brute_force_best(v, streams, cost, keys, robust=False):
+    """The shortest simulated makespan over every assignment of ``keys`` to streams (after the constraints);
+    with ``robust``, over the plans at least as fast as one stream at every corner of the host box."""
+    from msopt.uncertainty import corner_figures, is_robust
+
     best = None
     for streams_of in itertools.product(range(streams), repeat=len(keys)):
         plan = apply(v, dict(zip(keys, streams_of)), streams)[0]
+        if robust and len(set(streams_of)) > 1 and not is_robust(corner_figures(v, plan, streams, cost)):
+            continue
         makespan = simulate(v, plan, streams, cost).makespan_us
         best = makespan if best is None else min(best, makespan)
     return best
@@ -50,10 +55,10 @@ def test_long_independent_kernels_match_the_brute_force_optimum(width, streams):
 
 
 def test_tiny_kernels_stay_on_one_stream_and_auto_says_why():
-    v, cost, keys = fork_join(1.0, 4)  # a sync costs more than the work it would overlap
+    v, cost, keys = fork_join(1.0, 4)  # a sync costs more than the work it would overlap (at some host corner)
     plan, report = auto_plan(v, 4, cost)
     got = simulate(v, plan, 4, cost).makespan_us
-    assert got == pytest.approx(brute_force_best(v, 4, cost, keys), rel=1e-9)
+    assert got == pytest.approx(brute_force_best(v, 4, cost, keys, robust=True), rel=1e-9)
     assert got == pytest.approx(cost.single_stream_us())
     assert set(plan.values()) <= {0}
     assert any("uses 1 of 4 streams: parallelism does not pay" in note for note in report["notes"])
@@ -95,7 +100,7 @@ def test_never_slower_than_one_stream_on_the_samples(name, batch):
     cost = CostModel(v, model, target="v100", batch_size=batch)
     plan, report = auto_plan(v, 4, cost, model)
     assert simulate(v, plan, 4, cost).makespan_us <= cost.single_stream_us()
-    chosen = report["auto"]["candidates"]
+    chosen = [c for c in report["auto"]["candidates"] if c["robust"] is not False]  # auto takes robust plans only
     assert min(c["makespan_ms"] for c in chosen) == pytest.approx(
         simulate(v, plan, 4, cost).makespan_us / 1000, abs=1e-6
     )
@@ -131,7 +136,8 @@ def test_auto_is_the_default_and_its_plan_verifies(msopt, sample, tmp_path):
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["policy"] == "auto" and doc["verify"]["ok"]
-    assert doc["auto"]["streams_used"] == 2 and any("uses 2 of 4 streams" in n for n in doc["notes"])
+    used = doc["auto"]["streams_used"]  # the two towers, and with parallel executors the host work beside them
+    assert 2 <= used < 4 and any(f"uses {used} of 4 streams" in n for n in doc["notes"])
     assert doc["simulated"]["speedup"] > 1.2
 
 
@@ -191,6 +197,6 @@ def test_the_plan_returned_is_the_best_candidate_simulated(nasnet_mobile):
     v = GraphView(model.graph_def)
     cost = CostModel(v, model, target="v100", batch_size=1)
     plan, report = auto_plan(v, 4, cost, model)
-    best = min(c["makespan_ms"] for c in report["auto"]["candidates"])
+    best = min(c["makespan_ms"] for c in report["auto"]["candidates"] if c["robust"] is not False)
     assert simulate(v, plan, 4, cost).makespan_us / 1000 == pytest.approx(best, abs=1e-6)
     assert best < cost.single_stream_us() / 1000 / 1.3

@@ -26,6 +26,19 @@ COSTS = click.option(
     default=None,
     help='Measured per-op times, JSON {"unit": "us", "ops": {"<node key>": time}}; they replace the model\'s.',
 )
+HOST_PROFILE = click.option(
+    "--host-profile",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help='Measured host constants, JSON, e.g. {"op_overhead_us": 4, "launch_us": 2.5, "launch_contention": '
+    '{"value": 0.2, "range": [0.1, 0.3]}}; they replace the host model\'s (see docs/reference.md).',
+)
+MERGE_COPY_STREAMS = click.option(
+    "--merge-copy-streams",
+    is_flag=True,
+    help="Simulate copies on the compute streams, as TensorFlow's stream_merge_options (msopt run "
+    "--merge-copy-streams) runs them, instead of on a device-to-device copy stream.",
+)
 SIGNATURE = click.option(
     "--signature", default=None, help="Signature to plan for (default: serving_default, else the first)."
 )

@@ -6,6 +6,7 @@ from msopt.api import MAX_WARNINGS
 from msopt.commands import options as opt
 from msopt.commands.echo import print_json, progress
 from msopt.errors import VerifyFailed
+from msopt.uncertainty import describe
 
 HELP = f"""Assign every op of MODEL to one of N streams and write the rewritten model.
 
@@ -74,6 +75,8 @@ Example:
 @opt.TARGET
 @opt.BATCH_SIZE
 @opt.COSTS
+@opt.HOST_PROFILE
+@opt.MERGE_COPY_STREAMS
 @opt.rules()
 @opt.OVERRIDE
 @click.option("--no-const-dup", is_flag=True, help="Do not copy Const nodes into each stream that consumes them.")
@@ -95,6 +98,8 @@ def partition(
     target,
     batch_size,
     costs,
+    host_profile,
+    merge_copy_streams,
     rules,
     override,
     no_const_dup,
@@ -119,6 +124,8 @@ def partition(
             target=target,
             batch_size=batch_size,
             costs=costs,
+            host_profile=host_profile,
+            merge_copy_streams=merge_copy_streams,
             rules=rules,
             override=override,
             const_dup=not no_const_dup,
@@ -166,7 +173,8 @@ def format_text(doc):
     sim = doc["simulated"]
     lines.append(
         f"  simulated on {sim['target']}: {sim['makespan_ms']:.4g} ms vs {sim['single_stream_ms']:.4g} ms on one stream "
-        f"(speedup {sim['speedup']:.3g}x, ratio to bound {sim['ratio_to_bound']:.3g})"
+        f"(speedup {describe(sim['speedup'], sim['speedup_range'])}{'' if sim['robust'] else ', NOT robust'}, "
+        f"ratio to bound {sim['ratio_to_bound']:.3g})"
     )
     lines.extend(f"  {note}" for note in doc.get("notes", []))
     if "verify" in doc:

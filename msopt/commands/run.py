@@ -155,6 +155,12 @@ from msopt.errors import CheckFailed
     show_default=True,
     help="Ops run at once (0: TensorFlow's choice).",
 )
+@click.option(
+    "--merge-copy-streams",
+    is_flag=True,
+    help="GPU: run copies on the compute streams (GPUOptions.Experimental.stream_merge_options, TF >= 2.13); "
+    "accepted on the CPU, where it has no effect (the report says so).",
+)
 @click.option("--worker-config", type=click.Path(dir_okay=False), default=None, hidden=True)
 @click.option("--worker-barrier", default=None, hidden=True)
 @click.option("--worker-replicas", type=click.IntRange(1), default=1, hidden=True)
@@ -189,6 +195,7 @@ def run(
     stage_capacity,
     intra_op_threads,
     inter_op_threads,
+    merge_copy_streams,
     worker_config,
     worker_barrier,
     worker_replicas,
@@ -261,6 +268,8 @@ def _text(doc):
         )
     if doc.get("gpu_numerics"):
         lines.append(f"  compare on GPU: {doc['gpu_numerics']['note']}")
+    if doc.get("merge_copy_streams"):
+        lines.append(f"  merge copy streams: {doc['merge_copy_streams']}")
     if doc.get("mps"):
         lines.append(f"  MPS: {doc['mps']['pipe_directory']}")
     for key in ("trace", "profile"):

@@ -4,6 +4,7 @@ import click
 
 from msopt.commands import options as opt
 from msopt.commands.echo import print_json, progress
+from msopt.uncertainty import describe
 
 
 @click.command()
@@ -17,8 +18,11 @@ from msopt.commands.echo import print_json, progress
     "--launch-threads",
     type=click.IntRange(1, 256),
     default=None,
-    help="Host threads launching kernels at once (default 1: TensorFlow's launches mostly serialize).",
+    help="Inter-op threads: at most this many stream executors launch at once (default: the target's host's "
+    "logical CPUs, TensorFlow's default pool size).",
 )
+@opt.HOST_PROFILE
+@opt.MERGE_COPY_STREAMS
 @opt.SIGNATURE
 @opt.TIMELINE
 @opt.BOUNDARY
@@ -34,6 +38,8 @@ def simulate(
     batch_size,
     costs,
     launch_threads,
+    host_profile,
+    merge_copy_streams,
     signature,
     timeline,
     boundary,
@@ -49,12 +55,16 @@ def simulate(
     device-to-device copies, kernels sharing the GPU's SMs, and host launch overhead.
     Reports makespan_ms, single_stream_ms, speedup, lower_bound_ms (the largest of the
     critical path, the total work at full GPU and the host's launch time), ratio_to_bound,
-    syncs, copies, copy_bytes and stream_busy_ms. Writes no model.
+    syncs, copies, copy_bytes and stream_busy_ms, each figure with its range over the host
+    assumptions (speedup_range, makespan_ms_range) and robust (at least as fast as one stream
+    under every one). Writes no model.
 
     \b
     Example:
       msopt simulate sample_models/towers_tf2 --streams 2 --policy towers --target v100 \\
           --batch-size 32 --timeline /tmp/towers_trace.json --json
+      echo '{"launch_us": 2.5, "op_overhead_us": 4}' > host.json
+      msopt simulate sample_models/deepfm_tf2 --streams 4 --host-profile host.json
     """
     from msopt import api
 
@@ -66,6 +76,8 @@ def simulate(
         batch_size=batch_size,
         costs=costs,
         launch_threads=launch_threads,
+        host_profile=host_profile,
+        merge_copy_streams=merge_copy_streams,
         signature=signature,
         boundary=boundary,
         rules=rules,
@@ -84,9 +96,10 @@ def format_text(doc):
     lines = [
         f"{doc['model']}: policy {doc['policy']}, {doc['streams']} streams, {doc['target']}, batch {doc['batch_size']}"
     ]
+    lo, hi = doc["makespan_ms_range"]
     lines.append(
-        f"  makespan {doc['makespan_ms']:.4g} ms vs {doc['single_stream_ms']:.4g} ms on one stream "
-        f"(speedup {doc['speedup']:.3g}x)"
+        f"  makespan {doc['makespan_ms']:.4g} ms ({lo:.4g}-{hi:.4g}) vs {doc['single_stream_ms']:.4g} ms on one stream: "
+        f"speedup {describe(doc['speedup'], doc['speedup_range'])}{'' if doc['robust'] else ', NOT robust'}"
     )
     lines.append(
         f"  lower bound {doc['lower_bound_ms']:.4g} ms (critical path {doc['critical_path_ms']:.4g}, total work "

@@ -16,6 +16,9 @@
    the one-stream plan; the shortest makespan wins, ties going to fewer streams and fewer
    syncs. So auto never plans something slower than one stream, and it says when it used
    fewer streams than it was given because more did not pay (the report's notes).
+5. Robustness (``choose_robust``): a multi-stream plan is chosen only if it is at least as fast
+   as one stream at every corner of the uncertain host constants (msopt.uncertainty); the
+   point-estimate winner that is not robust is passed over, and the notes say so.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ def _search(view, options, cost):
                     candidates.append((f"policy {name} with unit costs", plan))
     single = cost.single_stream_us()  # simulated once per cost model, shared with the report
     scored = [(round(single, 6), 1, 0, 0, "one stream", {})]
+    placed_plans = [{}]
     for label, plan in candidates:
         plan = compact(plan)
         # Judge each plan as it will run: after the constraints (skipped on very large graphs, for time).
@@ -73,20 +77,63 @@ def _search(view, options, cost):
         result = simulate(view, placed, streams, cost)
         used = len(set(result.stream_of)) or 1
         scored.append((round(result.makespan_us, 6), used, result.syncs, len(scored), label, plan))
-    makespan, used, _, _, label, plan = min(scored)
-    notes = explain(label, used, streams, makespan, single, scored)
+        placed_plans.append(placed)
+    chosen, passed_over, robust = choose_robust(view, streams, cost, scored, placed_plans)
+    makespan, used, _, _, label, plan = chosen
+    notes = explain(label, used, streams, makespan, single, scored, robust_only=bool(passed_over))
+    if passed_over:
+        notes.append(passed_over)
     report = {
         "notes": notes,
         "auto": {
             "chosen": label,
+            "robust": True,
+            "point_estimate_winner_robust": not passed_over,
             "streams_used": used,
             "candidates": [
-                {"plan": row[4], "makespan_ms": round(row[0] / 1000, 6), "streams_used": row[1], "syncs": row[2]}
+                {
+                    "plan": row[4],
+                    "makespan_ms": round(row[0] / 1000, 6),
+                    "streams_used": row[1],
+                    "syncs": row[2],
+                    "robust": robust.get(row[3]),  # None: not checked (simulates slower than the plan chosen)
+                }
                 for row in scored
             ],
         },
     }
     return RuleResult(plan, report=report, notes=notes)
+
+
+def choose_robust(view, streams, cost, scored, placed_plans):
+    """(the chosen row of ``scored``, a note or "", {row id: robust}): the best point estimate among the plans
+    at least as fast as one stream at every corner of the host box (msopt.uncertainty; a one-stream plan
+    always is). ``placed_plans[row[3]]`` is the plan of ``row`` as simulated (after the constraints)."""
+    from msopt.uncertainty import corner_figures, describe, speedups
+
+    single = cost.single_stream_us()
+    passed = None
+    robust = {}
+    for row in sorted(scored):
+        point = single / row[0] if row[0] > 0 else 1.0
+        robust[row[3]] = True
+        if row[1] == 1:
+            chosen = f"one stream (simulated {point:.3g}x)" if row[4] == "one stream" else f"{row[4]} (one stream)"
+            break
+        ups = speedups(corner_figures(view, placed_plans[row[3]], streams, cost)) + [point]
+        if min(ups) >= 1.0 - 1e-9:
+            chosen = f"{row[4]}, {describe(point, (min(ups), max(ups)))}"
+            break
+        robust[row[3]] = False
+        if passed is None:
+            passed = f"{row[4]}: {describe(point, (min(ups), max(ups)))}"
+    if passed is None:
+        return row, "", robust
+    note = (
+        f"auto passed over the plan best at the point estimate, the {passed}, as it is slower than one stream "
+        f"under some host assumptions; it chose the {chosen}"
+    )
+    return row, note, robust
 
 
 def run_rule(name, view, options, cost):
@@ -231,7 +278,7 @@ def compact(plan):
     return {key: new[s] for key, s in plan.items()}
 
 
-def explain(label, used, streams, makespan, single, scored):
+def explain(label, used, streams, makespan, single, scored, robust_only=False):
     """One-line notes for the report: what was chosen and why, and when fewer streams were used."""
     ms, one = makespan / 1000, single / 1000
     notes = [
@@ -244,7 +291,7 @@ def explain(label, used, streams, makespan, single, scored):
             "parallelism does not pay on this model"
             if used == 1
             else "more streams did not shorten the simulated makespan"
-        )
+        ) + (" under every host assumption" if robust_only else "")
         detail = ""
         if widest > used:
             best_wide = min(row[0] for row in scored if row[1] == widest)

@@ -47,6 +47,7 @@ class RunConfig:
     stage_capacity: int = 1
     intra_op_threads: int = 0
     inter_op_threads: int = 0
+    merge_copy_streams: bool = False  # GPU: copies on the compute stream (GPUOptions stream_merge_options)
     tags: Optional[str] = None
     worker_barrier: Optional[str] = None  # set in a replica worker: the directory its start barrier lives in
     worker_replicas: int = 1  # in a replica worker: the processes sharing each GPU

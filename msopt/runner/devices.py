@@ -79,13 +79,22 @@ def hide_gpus(tf):
 
 
 def configure_devices(
-    tf, streams, device="auto", memory_fraction=None, allow_growth=False, priorities=None, replicas=1
+    tf,
+    streams,
+    device="auto",
+    memory_fraction=None,
+    allow_growth=False,
+    priorities=None,
+    replicas=1,
+    merge_copy_streams=False,
 ):
     """Make ``streams`` logical devices and return (device type, Session ConfigProto) built from them.
 
     The one device configuration of msopt run and of --verify: virtual GPUs on a GPU, logical CPU
     devices on the CPU. TF2 functions run on the devices of TensorFlow's context, which takes them
     once per process, when it starts; a v1 Session makes its own from the ConfigProto's counts.
+    ``merge_copy_streams`` sets GPUOptions.Experimental.stream_merge_options (TF >= 2.13): host-to-device,
+    device-to-host and device-to-device copies run on the compute stream; it has no effect on the CPU.
     ``replicas``: processes sharing each GPU (``--replicas``); the default memory share is divided by it.
     With several GPUs the streams are spread by msopt.runner.gpu_layout's rule; ``gpu_layout(tf, streams)``
     gives the same layout afterwards.
@@ -116,9 +125,21 @@ def configure_devices(
     if device == "cpu":
         config.device_count["GPU"] = 0
         config.device_count["CPU"] = streams
-    elif allow_growth:
-        config.gpu_options.allow_growth = True
+    else:
+        if allow_growth:
+            config.gpu_options.allow_growth = True
+        if merge_copy_streams:
+            merge_copy_streams_into(config)
     return device, config
+
+
+def merge_copy_streams_into(config):
+    """Ask TensorFlow to run a GPU's copies on its compute stream (GPUOptions.Experimental.stream_merge_options)."""
+    merge = config.gpu_options.experimental.stream_merge_options
+    merge.merge_host_to_device_stream = True
+    merge.merge_device_to_host_stream = True
+    merge.merge_device_to_device_stream = True
+    return config
 
 
 def logical_devices(tf, device_type):

@@ -54,10 +54,11 @@ class Runner:
         intra_op_threads=0,
         inter_op_threads=0,
         replicas=1,
+        merge_copy_streams=False,
     ):
         self.tf = tf = import_tensorflow()
         self.device_type, self.config = configure_devices(
-            tf, streams, device, memory_fraction, allow_growth, priorities, replicas
+            tf, streams, device, memory_fraction, allow_growth, priorities, replicas, merge_copy_streams
         )
         self.layout = gpu_layout(tf, streams) if self.device_type == "gpu" else None
         self.config.intra_op_parallelism_threads = intra_op_threads  # 0: TensorFlow's choice (all cores)

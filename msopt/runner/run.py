@@ -76,6 +76,7 @@ def run_here(config, loaded, view, streams, priorities, progress):
         config.intra_op_threads,
         config.inter_op_threads,
         replicas=config.worker_replicas,
+        merge_copy_streams=config.merge_copy_streams,
     )
     try:
         name = choose_signature(runner.specs, config.signature)
@@ -92,6 +93,12 @@ def run_here(config, loaded, view, streams, priorities, progress):
             "inputs": {"source": config.inputs_npz or "generated", "records": len(feeds), "batch_size": batch},
             "warmup": config.warmup,
         }
+        if config.merge_copy_streams:
+            document["merge_copy_streams"] = (
+                "set: copies run on the compute streams (GPUOptions.Experimental.stream_merge_options)"
+                if runner.device_type == "gpu"
+                else "no effect on the CPU: TensorFlow has no copy streams there"
+            )
         if runner.layout is not None:
             document["gpu_layout"] = runner.layout.describe()
         if config.compare_to and runner.device_type == "gpu":
