@@ -6,7 +6,8 @@ bookkeeping (``op_overhead_us``), then, for a kernel, the CUDA driver's launch c
 (``launch_us``). Executors share the inter-op pool (``launch_threads`` threads). Launches into one
 CUDA context may serialize in the driver: a launch holds a context-wide resource for
 ``launch_contention × launch_us`` and runs the rest on its own thread (0: independent threads,
-1: one launch at a time across every thread). Copies between streams run on the producing
+1: one launch at a time across every thread). A run starts its executors one after another,
+``partition_overhead_us`` apart (rendezvous, per-partition function state). Copies between streams run on the producing
 stream's device-to-device copy stream (``copy_streams`` of them), or on its compute stream when
 ``merge_copy_streams`` is set (TensorFlow's ``GPUOptions.Experimental.stream_merge_options``).
 
@@ -24,9 +25,10 @@ from msopt.errors import InputError
 
 # Point values shared by every target; launch_threads differs per target (below).
 DEFAULTS = {
-    "op_overhead_us": 5.0,
+    "op_overhead_us": 1.2,
+    "partition_overhead_us": 150.0,
     "launch_us": 3.0,
-    "launch_contention": 0.3,
+    "launch_contention": 0.25,
     "sync_us": 10.0,
     "copy_latency_us": 5.0,
     "copy_streams": 1,
@@ -34,8 +36,10 @@ DEFAULTS = {
 }
 
 SOURCES = {
-    "op_overhead_us": "TensorFlow executor's per-op cost measured on logical CPU devices (bench/host_executor.py); "
-    "a server CPU core is assumed no slower than this machine's",
+    "op_overhead_us": "measured: TensorFlow 2.21 executor, cheap inline ops on logical CPU devices, wall time per "
+    "extra op, median 1.17-1.26 us (CPU figure; docs/reference.md)",
+    "partition_overhead_us": "measured: TensorFlow 2.21 step time grows 0.15-0.2 ms per extra device partition "
+    "(one op per device, CPU figure; docs/reference.md)",
     "launch_us": "NVIDIA, Getting Started with CUDA Graphs (2019): 3.8 us per kernel when launches are back to back",
     "launch_contention": "assumption inside the range the published figures allow (docs/reference.md)",
     "launch_threads": "TensorFlow's inter-op pool defaults to the host's logical CPUs; DGX system data sheets",
@@ -55,8 +59,9 @@ LAUNCH_THREADS = {
 
 # Plausible [lo, hi] of the uncertain constants (derivation: docs/reference.md, "The host model").
 RANGES = {
-    "launch_contention": (0.0, 0.6),
-    "op_overhead_us": (2.0, 10.0),
+    "launch_contention": (0.0, 0.5),
+    "op_overhead_us": (1.0, 6.0),
+    "partition_overhead_us": (50.0, 200.0),
     "launch_us": (2.0, 4.0),
     "sync_us": (5.0, 20.0),
     "copy_latency_us": (2.0, 10.0),
@@ -65,13 +70,14 @@ RANGES = {
 # The uncertain box: each dimension moves its constants together from their low to their high end.
 BOX = (
     ("launch_contention", ("launch_contention",)),
-    ("host cost", ("op_overhead_us", "launch_us")),
+    ("host cost", ("op_overhead_us", "partition_overhead_us", "launch_us")),
     ("copy engine", ("sync_us", "copy_latency_us")),
 )
 
 # What a host profile may set: (type, minimum, maximum).
 FIELDS = {
     "op_overhead_us": (float, 0.0, 10_000.0),
+    "partition_overhead_us": (float, 0.0, 1_000_000.0),
     "launch_us": (float, 0.0, 10_000.0),
     "launch_contention": (float, 0.0, 1.0),
     "launch_threads": (int, 1, 4096),

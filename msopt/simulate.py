@@ -22,7 +22,8 @@ device); anything else absent runs on stream 0.
 The model of the machine (constants and sources in msopt.host_model and docs/reference.md):
   - Each stream has its own executor (TensorFlow: one per device, each stream a virtual GPU), which
     handles its ops one at a time in the order their inputs become ready on the host, on a thread of
-    the inter-op pool (``target.launch_threads`` threads shared by all executors). Per op it pays
+    the inter-op pool (``target.launch_threads`` threads shared by all executors); the run starts the
+    executors one after another, ``partition_overhead_us`` apart. Per op it pays
     ``op_overhead_us``; per kernel also the driver's launch, ``launch_us``, of which the share
     ``launch_contention`` holds a context-wide driver resource (one launch at a time across threads).
     A GPU op's output is ready on the host once its kernel is enqueued; a cross-stream input once
@@ -129,7 +130,15 @@ class Result:
 
 def host_settings(target):
     """The host model's constants a simulation ran with."""
-    names = ("op_overhead_us", "launch_us", "launch_contention", "launch_threads", "sync_us", "copy_latency_us")
+    names = (
+        "op_overhead_us",
+        "launch_us",
+        "launch_contention",
+        "partition_overhead_us",
+        "launch_threads",
+        "sync_us",
+        "copy_latency_us",
+    )
     settings = {name: getattr(target, name) for name in names}
     settings["copy_streams"] = target.copy_streams
     settings["merge_copy_streams"] = target.merge_copy_streams
@@ -186,6 +195,8 @@ def _run(cm, streams, stream_of, record_waits):
     heapq.heapify(host)
     pool = [0.0] * max(1, min(target.launch_threads, streams))  # when each inter-op thread is next free (a heap)
     executor_free = [0.0] * streams  # each stream's executor handles one op at a time
+    for rank, s in enumerate(sorted(set(stream_of))):  # the run starts one executor per stream, one after another
+        executor_free[s] = rank * target.partition_overhead_us
     driver = [0.0]  # when the driver's context-wide launch resource is next free
     merge = target.merge_copy_streams
     copy_lanes = [[0.0] * target.copy_streams for _ in range(streams)] if target.copy_streams > 0 else None

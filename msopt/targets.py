@@ -22,6 +22,7 @@ class Target:
     copy_latency_us: float = 5.0  # fixed cost of one device-to-device memcpy
     threads_per_sm: int = 2048  # resident threads per SM (CUDA occupancy limit: 2048 Volta/Ampere/Hopper, 1024 Turing)
     op_overhead_us: float = 0.0  # TensorFlow executor bookkeeping per op, on the launching thread
+    partition_overhead_us: float = 0.0  # per run, per stream beyond the first: its executor starts that much later
     launch_contention: float = 0.0  # share of a launch serialized across threads by the driver (0..1)
     copy_streams: int = 0  # device-to-device copy streams per stream (0: copies never queue)
     merge_copy_streams: bool = False  # copies run on the producer's compute stream (stream_merge_options)

@@ -179,7 +179,7 @@ def schedule(cost, streams, chained=False, by_rank=True):
     finish = [0.0] * n
     issued = [0.0] * n  # when the host launched the op (or passed it through)
     stream_of = [0] * n
-    free = [0.0] * streams
+    free = [k * target.partition_overhead_us for k in range(streams)]  # each further executor starts later
     host = 0.0
     launch = target.launch_us
     work = 0.0  # GPU-microseconds issued so far: nothing finishes before work / 1 GPU
