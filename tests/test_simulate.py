@@ -253,10 +253,9 @@ def test_towers_overlap_on_two_streams(batch):
     assert rep["makespan_ms"] >= rep["lower_bound_ms"] * (1 - 1e-9)
     if batch == 64:  # two identical towers with real work: parallelism pays
         assert rep["makespan_ms"] < rep["single_stream_ms"]
-    else:  # tiny kernels: the host bounds both runs, but each tower launches from its own stream's executor
+    else:  # tiny kernels: the host bounds both runs; one executor does all the host work on one stream, two share it
         assert rep["host_launch_ms"] >= rep["critical_path_ms"]
-        assert rep["single_stream_ms"] >= 2 * rep["host_launch_ms"] * (1 - 1e-9)  # one executor does all the work
-        assert rep["makespan_ms"] < rep["single_stream_ms"]
+        assert rep["single_stream_ms"] >= 2 * rep["host_launch_ms"] * (1 - 1e-9)
     assert rep["syncs"] >= 1 and rep["copy_bytes"] > 0  # the two towers' logits meet on stream 0
     assert min(rep["stream_busy_ms"]) > 0
 
