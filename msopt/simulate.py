@@ -280,11 +280,9 @@ def _run(cm, streams, stream_of, record_waits):
             ready, i = heapq.heappop(host)
             s = stream_of[i]
             if kernel[i] or overhead > 0:
-                begin = max(ready, executor_free[s], pool[0])
-                if begin > ready:  # its executor or every pool thread is busy: back when one is free
-                    heapq.heappush(host, (begin, i))
-                    continue
-                handled = begin + overhead
+                # Handled in the order ops become ready, once its executor and a pool thread are free (one
+                # pass: the driver's and the pool's order is the ready order, not the order they start in).
+                handled = max(ready, executor_free[s], pool[0]) + overhead
             if kernel[i]:
                 host_free = handled + own
                 if serial > 0:
