@@ -41,6 +41,7 @@ The model of the machine (constants and sources in msopt.host_model and docs/ref
 """
 
 import heapq
+from collections import deque
 
 from msopt.gc_pause import gc_paused
 
@@ -195,6 +196,8 @@ def _run(cm, streams, stream_of, record_waits):
     heapq.heapify(host)
     pool = [0.0] * max(1, min(target.launch_threads, streams))  # when each inter-op thread is next free (a heap)
     executor_free = [0.0] * streams  # each stream's executor handles one op at a time
+    backlog = [deque() for _ in range(streams)]  # ops ready while their executor was busy, in ready order
+    waking = [False] * streams  # a wake-up of the stream's executor is in the host heap (task id -1 - stream)
     for rank, s in enumerate(sorted(set(stream_of))):  # the run starts one executor per stream, one after another
         executor_free[s] = rank * target.partition_overhead_us
     driver = [0.0]  # when the driver's context-wide launch resource is next free
@@ -278,11 +281,23 @@ def _run(cm, streams, stream_of, record_waits):
         # waits for the GPU), on a thread of the inter-op pool.
         while host and host[0][0] <= now:
             ready, i = heapq.heappop(host)
+            woken = i < 0
+            if woken:  # a stream's executor is free: it takes the oldest op waiting for it
+                s = -1 - i
+                i = backlog[s].popleft()
+                waking[s] = False
             s = stream_of[i]
             if kernel[i] or overhead > 0:
-                # Handled in the order ops become ready, once its executor and a pool thread are free (one
-                # pass: the driver's and the pool's order is the ready order, not the order they start in).
-                handled = max(ready, executor_free[s], pool[0]) + overhead
+                if not woken and (backlog[s] or executor_free[s] > ready):  # the executor is busy: wait in line
+                    backlog[s].append(i)
+                    if not waking[s]:
+                        waking[s] = True
+                        heapq.heappush(host, (executor_free[s], -1 - s))
+                    continue
+                if pool[0] > ready:  # every pool thread is busy (fewer threads than streams): back when one is free
+                    heapq.heappush(host, (pool[0], i))
+                    continue
+                handled = ready + overhead
             if kernel[i]:
                 host_free = handled + own
                 if serial > 0:
@@ -290,6 +305,9 @@ def _run(cm, streams, stream_of, record_waits):
                     driver[0] = host_free
                 executor_free[s] = host_free
                 heapq.heapreplace(pool, host_free)
+                if backlog[s] and not waking[s]:
+                    waking[s] = True
+                    heapq.heappush(host, (host_free, -1 - s))
                 queue[s].append((host_free, i))
                 waiting_streams.append(s)
                 on_host(i, host_free)
@@ -298,6 +316,9 @@ def _run(cm, streams, stream_of, record_waits):
                     executor_free[s] = handled
                     heapq.heapreplace(pool, handled)
                     ready = handled
+                    if backlog[s] and not waking[s]:
+                        waking[s] = True
+                        heapq.heappush(host, (handled, -1 - s))
                 start[i] = ready
                 done += 1
                 on_host(i, ready)
