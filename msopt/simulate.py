@@ -60,7 +60,13 @@ class Result:
 
     @property
     def lower_bound_us(self):
-        return self.cost_model.lower_bound()["lower_bound_us"]
+        return self.bound()["lower_bound_us"]
+
+    def bound(self):
+        """The cost model's bound, tightened for this stream count by msopt.bound (serial streams, cuts)."""
+        from msopt.bound import tightened
+
+        return tightened(self.cost_model.lower_bound(), self.cost_model, self.streams)
 
     @property
     def waits(self):
@@ -89,7 +95,7 @@ class Result:
 
     def report(self):
         cm = self.cost_model
-        bound = cm.lower_bound()
+        bound = self.bound()
         single = self.single_stream_us
         ms = lambda us: round(us / 1000.0, 6)  # noqa: E731
         return {
