@@ -4,7 +4,8 @@
 CPU figures. TensorFlow runs one executor per device partition; N logical CPU devices take the
 same executor code as N virtual GPUs. Each configuration runs in a fresh process (devices are
 fixed once per process): a tf.function of `ops` independent cheap ops per device (Mul of a
-2-float input by a constant, summed by one AddN per device), grappler off so nothing is folded.
+2-float input by a distinct constant, so that no common-subexpression pass merges them; summed by
+one AddN per device), grappler off so nothing is folded.
 
 Two graph shapes:
   local   each device's ops read an input that already lives on that device (one _Arg each)
@@ -159,6 +160,8 @@ def thread_facts(events):
     for device, steps in sorted(per_device.items()):
         facts["per_device"][device] = {
             "max_concurrent_threads": max(max_overlap(s) for s in steps.values()),
+            "median_concurrent_threads": statistics.median(max_overlap(s) for s in steps.values()),
+            "steps_on_one_thread_at_a_time": sum(max_overlap(s) == 1 for s in steps.values()),
             "threads_per_step_max": max(len(s) for s in steps.values()),
             "distinct_threads": len({tid for (_, d, tid) in spans if d == device}),
         }
@@ -171,13 +174,10 @@ def thread_facts(events):
         max_overlap(list(map(tuple, t.values()))) for t in by_step.values()
     )
     # Same-thread sharing: in how many steps did one thread run ops of two or more devices.
-    shared = 0
-    for step, threads in by_step.items():
-        owners = {}
-        for st, device, tid in spans:
-            if st == step:
-                owners.setdefault(tid, set()).add(device)
-        shared += any(len(ds) > 1 for ds in owners.values())
+    owners = {}
+    for step, device, tid in spans:
+        owners.setdefault((step, tid), set()).add(device)
+    shared = len({step for (step, _), devices in owners.items() if len(devices) > 1})
     facts["steps_with_a_thread_running_several_devices"] = shared
     return facts
 
