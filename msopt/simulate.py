@@ -113,6 +113,8 @@ class Result:
             "critical_path_ms": ms(bound["critical_path_us"]),
             "total_work_ms": ms(bound["total_work_us"]),
             "host_launch_ms": ms(bound["host_launch_us"]),
+            "serial_streams_ms": ms(bound["serial_streams_us"]),
+            "cut_ms": ms(bound["cut_us"]),
             "launch_threads": cm.target.launch_threads,
             "syncs": self.syncs,
             "copies": self.copies,
