@@ -8,8 +8,13 @@ it waits for. Two bounds follow for any plan on N streams:
   serial   no stream finishes before its share of the kernels' standalone times: sum / N.
   cut      for an op i, every kernel it depends on (transitively) ends before i starts, and every
            kernel that depends on i starts after i ends. So the run lasts at least
-           max(longest path into i, ancestors' standalone sum / N) + i's time
-           + max(longest path out of i, descendants' standalone sum / N).
+           max(longest path into i, ancestors' standalone sum / N, ancestors' work) + i's time
+           + max(longest path out of i, descendants' standalone sum / N, descendants' work),
+           work being standalone time x GPU share (the GPU's capacity is 1: the run at full GPU).
+           At a few of those ops the part after i also counts launches: descendants on i's stream run
+           one after another, the others are launched only once i's output has crossed streams, one
+           launch at a time per host launch thread (``target.launch_threads``, the simulator's
+           launchers; if the host model changes how many threads launch at once, change it here).
            It binds at narrow waists: a backbone whose output feeds many small per-class loops, a
            detection head, a pooler. Evaluated at every op of one critical path, with ancestor and
            descendant sums grown incrementally along it (linear time in the graph).
@@ -69,9 +74,10 @@ def _compute(cm, streams):
         return {"serial_us": sum(d) / streams, "cut_us": 0.0, "cut_key": None}
 
     # Ancestor sums along the chain (each chain op's ancestors include the previous one's), then descendants.
-    anc = [0.0] * len(chain)
+    w = [d[i] * cm.share[i] for i in range(n)]
+    anc, anc_w = [0.0] * len(chain), [0.0] * len(chain)
     seen = bytearray(n)
-    total = 0.0
+    total = work = 0.0
     for k, c in enumerate(chain):
         stack = [c]
         seen[c] = 1
@@ -81,12 +87,14 @@ def _compute(cm, streams):
                 if not seen[p] and not neutral[p]:
                     seen[p] = 1
                     total += d[p]
+                    work += w[p]
                     stack.append(p)
-        anc[k] = total  # the previous chain ops are among c's ancestors: their times were added below
+        anc[k], anc_w[k] = total, work  # the previous chain ops are among c's ancestors: added below
         total += d[c]
-    desc = [0.0] * len(chain)
+        work += w[c]
+    desc, desc_w = [0.0] * len(chain), [0.0] * len(chain)
     seen = bytearray(n)
-    total = 0.0
+    total = work = 0.0
     for k in range(len(chain) - 1, -1, -1):
         c = chain[k]
         seen[c] = 1
@@ -99,18 +107,65 @@ def _compute(cm, streams):
                 if not seen[j]:
                     seen[j] = 1
                     total += d[j]
+                    work += w[j]
                     stack.append(j)
-        desc[k] = total
+        desc[k], desc_w[k] = total, work
         total += d[c]
+        work += w[c]
 
-    cut, cut_at = 0.0, None
+    cut, cut_at, values = 0.0, None, []
     for k, c in enumerate(chain):
-        before = max(head[c] - d[c], anc[k] / streams)
-        after = max(tail[c] - d[c], desc[k] / streams)
-        value = before + d[c] + after
-        if value > cut:
-            cut, cut_at = value, c
+        before = max(head[c] - d[c], anc[k] / streams, anc_w[k])
+        after = max(tail[c] - d[c], desc[k] / streams, desc_w[k])
+        values.append((before, after))
+        if before + d[c] + after > cut:
+            cut, cut_at = before + d[c] + after, c
+
+    # The launches behind a cut, at a few chain ops (each costs a pass over the descendants).
+    budget = max(1, min(LAUNCH_CUTS, LAUNCH_CUT_BUDGET // max(1, n)))
+    picks = sorted(range(len(chain)), key=lambda k: -(values[k][0] + d[chain[k]] + values[k][1]))[:budget]
+    for k in picks:
+        c = chain[k]
+        after = max(values[k][1], _launch_split(cm, c, d, succ, neutral))
+        if values[k][0] + d[c] + after > cut:
+            cut, cut_at = values[k][0] + d[c] + after, c
     return {"serial_us": sum(d) / streams, "cut_us": cut, "cut_key": t.key[cut_at] if cut_at is not None else None}
+
+
+LAUNCH_CUTS = 16  # chain ops at which the launch split is evaluated
+LAUNCH_CUT_BUDGET = 2_000_000  # ops visited in all, so that a million-op graph gets at least one
+
+
+def _launch_split(cm, c, d, succ, neutral):
+    """After op c ends: its descendant kernels on c's stream run one by one (A); every other one (B) is
+    launched only once c's output crossed streams (sync), by the host's launch threads. The cheapest
+    split of the descendants puts the longest kernels in B: min over k of max(sum(A), sync + k launches)."""
+    target = cm.target
+    launch, sync = target.launch_us, target.sync_us
+    threads = max(1, target.launch_threads)
+    seen = {c}
+    stack, times = [c], []
+    while stack:
+        x = stack.pop()
+        if neutral[x]:
+            continue
+        for j, _ in succ[x]:
+            if j not in seen:
+                seen.add(j)
+                if cm.kernel[j]:
+                    times.append(d[j])
+                stack.append(j)
+    if not times or launch <= 0:
+        return 0.0
+    times.sort(reverse=True)
+    rest = sum(times)  # sum(A) when B holds the k longest
+    best = rest
+    for k, t in enumerate(times, start=1):
+        rest -= t
+        best = min(best, max(rest, sync + launch * k / threads))
+        if rest <= sync + launch * k / threads:
+            break
+    return best
 
 
 def tightened(bound, cost_model, streams):
