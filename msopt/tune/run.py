@@ -46,6 +46,7 @@ def tune(config, progress=lambda message: None, bar=None):
 
 
 def _tune(config, model, view, work, stack, started, deadline, progress, bar):
+    from msopt.contents import signatures
     from msopt.plan import CostOptions
     from msopt.runner.feeds import choose_signature, make_records
     from msopt.runner.tensorflow_runtime import import_tensorflow
@@ -73,7 +74,8 @@ def _tune(config, model, view, work, stack, started, deadline, progress, bar):
     profiled, costs = profile(base, signature, feeds[0], PROFILE_STEPS, work / "costs.json")
     _check_budget(config, started, deadline, "profiling the model")
     progress("planning candidates from the measured costs")
-    cost = CostOptions(config.target, config.batch_size, str(work / "costs.json"), signature)
+    declared = signatures(model)  # a bare graph has none: the runner names its one signature "graph"
+    cost = CostOptions(config.target, config.batch_size, str(work / "costs.json"), signature if declared else None)
     candidates, skipped, cost_model = plan_candidates(
         view, model, config.streams, cost, config.rules, config.max_candidates
     )
@@ -115,7 +117,17 @@ def _tune(config, model, view, work, stack, started, deadline, progress, bar):
                     row["measured_over_simulated"] = round(row["measured"]["median_ms"] / row["simulated_ms"], 4)
     devices = [base.layout.device_name(k) if base.layout else f"/device:CPU:{k}" for k in range(config.streams)]
     doc = reporting.document(
-        config, base.device_type, devices, signature, profiled, cost_model, rows, skipped, rounds, None, None
+        config,
+        base.device_type,
+        devices,
+        signature,
+        {**profiled, "path": None},
+        cost_model,
+        rows,
+        skipped,
+        rounds,
+        None,
+        None,
     )
     try:
         doc["chosen"], doc["why"] = choose(rows)

@@ -29,6 +29,7 @@ def interrupts_held():
 def write_outputs(model, candidate, config, placement_devices, costs, report):
     """Write the chosen candidate's model, the costs file and the report (``report`` gets their paths first)."""
     report.update(output=str(config.output), costs=config.costs_path, report=config.report_path)
+    report["profile"]["path"] = config.costs_path
     with interrupts_held():
         emit.write(
             model,
