@@ -87,6 +87,7 @@ def text(doc):
     lines.append(f"  chosen: {doc['chosen']}: {doc['why']}")
     if doc["output"]:
         lines.append(f"  wrote {doc['output']}, costs {doc['costs']}, report {doc.get('report')}")
+        lines.append(f"  deploy with {doc['deploy']['session_config']}, or: {doc['deploy']['run']}")
     else:
         lines.append("  wrote nothing")
     lines.append(f"  ratio = measured / simulated; {doc['simulated']}")

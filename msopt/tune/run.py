@@ -139,10 +139,17 @@ def _tune(config, model, view, work, stack, started, deadline, progress, bar):
         doc["why"] += f"; --budget {config.budget:g} s stopped the rounds after {rounds.rounds}"
     elif rounds.stopped == "interrupted":
         doc["why"] += f"; Ctrl-C stopped the rounds after {rounds.rounds}"
+    chosen = by_label[doc["chosen"]]
+    needed = max(chosen.partition.values(), default=0) + 1
+    doc["deploy"] = {
+        "streams": needed,
+        "session_config": f"msopt.stream.session_config({needed}, device_type={base.device_type!r})",
+        "run": f"msopt run {config.output} --streams {needed}",
+    }
     doc["elapsed_s"] = round(time.perf_counter() - started, 3)
     placement = base.layout if base.device_type == "gpu" and base.layout is not None else base.device_type
     progress(f"writing {config.output}")
-    write_outputs(model, by_label[doc["chosen"]], config, placement, costs, doc)
+    write_outputs(model, chosen, config, placement, costs, doc)
     return doc
 
 
