@@ -161,3 +161,72 @@ def test_a_multi_stream_plan_must_beat_one_stream_by_more_than_the_spread():
     assert label == "auto on 2 streams" and "more than the spread" in why
     label, why = choose([row("one stream", 1, 10.0, 0.5), row("auto on 2 streams", 2, 9.8, 0.1, verified=False)])
     assert label == "one stream"
+
+
+def test_rounds_stop_at_a_round_boundary_when_the_budget_is_spent():
+    import time
+
+    from msopt.tune.measure import run_rounds
+
+    steps = {"a": lambda: time.sleep(0.002), "b": lambda: time.sleep(0.004)}
+    done = run_rounds(steps, 100_000, 3, deadline=time.perf_counter() + 0.3)
+    assert done.stopped == "budget" and 1 <= done.rounds < 100_000
+    assert len(done.samples["a"]) == len(done.samples["b"]) == 3 * done.rounds  # complete rounds only
+
+
+def test_ctrl_c_in_a_round_keeps_the_complete_rounds_only():
+    from msopt.tune.measure import run_rounds
+
+    calls = []
+
+    def b():
+        calls.append(1)
+        if len(calls) == 7:  # Ctrl-C in the middle of the third round
+            raise KeyboardInterrupt
+
+    done = run_rounds({"a": lambda: None, "b": b}, 10, 3)
+    assert done.stopped == "interrupted" and done.rounds == 2
+    assert len(done.samples["a"]) == len(done.samples["b"]) == 6
+
+
+def test_ctrl_c_while_measuring_writes_the_best_verified_candidate_whole(tmp_path):
+    """On a terminal (stderr a pty: progress lines and the bar show), Ctrl-C once the rounds run: exit 130,
+    the chosen model, its costs and the report all written, the report saying why it stopped."""
+    import os
+    import pty
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    model = build_model(tmp_path / "model.pb")
+    master, slave = pty.openpty()
+    out = tmp_path / "out.pb"
+    command = [sys.executable, "-m", "msopt", "tune", str(model), "-n", "2", "--max-candidates", "2"]
+    command += ["--rounds", "1000000", "--steps", "2", "-o", str(out), "--json"]
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=slave, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    )
+    os.close(slave)
+    seen = b""
+    try:
+        while b"measuring" not in seen and proc.poll() is None:
+            try:
+                seen += os.read(master, 4096)
+            except OSError:
+                break
+        assert b"measuring" in seen, seen.decode(errors="replace")
+        time.sleep(3)  # a few rounds (each a few milliseconds) complete meanwhile
+        proc.send_signal(signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    assert proc.returncode == 130
+    doc = json.loads(stdout)
+    assert doc["rounds"]["stopped"] == "interrupted" and doc["rounds"]["done"] >= 1
+    assert "Ctrl-C stopped the rounds" in doc["why"] and out.exists()
+    assert json.loads((tmp_path / "out.pb.tune.json").read_text())["chosen"] == doc["chosen"]
+    assert json.loads((tmp_path / "out.pb.costs.json").read_text())["ops"]
+    assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]  # no half-written box left
