@@ -110,6 +110,7 @@ def test_a_plan_whose_outputs_differ_is_discarded(tuned):
     differ = rows_of(doc)[f"rules {tmp / 'differ.yaml'}"]
     assert differ["verified"] is False and differ["measured"] is None
     assert 0 < differ["max_abs_diff"] < 1e-3 and "differ" in differ["discarded"]
+    assert any("arithmetic optimizer" in row["why"] for row in differ["differences"])  # the cause, named
     assert doc["chosen"] != differ["label"]
 
 

@@ -82,6 +82,8 @@ def text(doc):
             f"{(format(row['measured_over_simulated'], '.3g') if row['measured_over_simulated'] else '-'):>7}  "
             f"{'yes' if row['verified'] else 'NO: ' + row['discarded']}"
         )
+        for difference in row.get("differences", [])[:1]:
+            lines.append(f"      {difference['node'] + ': ' if difference['node'] else ''}{difference['why']}")
     if doc["not_measured"]:
         lines.append(f"  not measured: {len(doc['not_measured'])} plan(s) (see not_measured in --json)")
     lines.append(f"  chosen: {doc['chosen']}: {doc['why']}")

@@ -21,7 +21,6 @@ def tune(config, progress=lambda message: None, bar=None):
     """Run ``config`` (a msopt.tune.config.TuneConfig); returns the report. ``bar(length)``, when given, returns a
     progress bar (a context manager with ``update(n)``) for the measuring rounds, or None."""
     from msopt import emit
-    from msopt.cost import CostModel  # noqa: F401  (fails early, before TensorFlow, if the cost model is missing)
     from msopt.load import open_model
 
     started = time.perf_counter()
@@ -96,6 +95,12 @@ def _tune(config, model, view, work, stack, started, deadline, progress, bar):
             continue
         identical, worst = _compare(expected, got)
         rows.append(reporting.candidate_row(candidate, identical, worst, None))
+        if not identical and base.device_type == "cpu":  # why: what TensorFlow rewrote in one model only
+            from msopt.runner.verify import executed_differences
+
+            rows[-1]["differences"] = executed_differences(
+                original, runner.executable, signature, feeds[0], config.streams
+            )
         if identical:
             steps[candidate.label] = _cycling([runner.executable.step(signature, f) for f in feeds])
     by_label = {c.label: c for c in candidates}
