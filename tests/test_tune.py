@@ -231,3 +231,12 @@ def test_ctrl_c_while_measuring_writes_the_best_verified_candidate_whole(tmp_pat
     assert json.loads((tmp_path / "out.pb.tune.json").read_text())["chosen"] == doc["chosen"]
     assert json.loads((tmp_path / "out.pb.costs.json").read_text())["ops"]
     assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]  # no half-written box left
+
+
+def test_the_models_own_stream_plan_is_a_candidate(tmp_path, msopt):
+    """linreg_tf1 carries DeepRec-style _stream_id attributes: that plan is measured next to msopt's own."""
+    out = tmp_path / "out"
+    done = msopt("tune", "sample_models/linreg_tf1", "-n", "2", "--rounds", "1", "--steps", "2", "-o", out, "--json")
+    assert done.returncode == 0, done.stderr
+    own = rows_of(json.loads(done.stdout))["the model's own _stream_id"]
+    assert own["kind"] == "model" and own["verified"] and own["streams_used"] == 2 and own["measured"]["steps"] == 2

@@ -1,5 +1,5 @@
-"""The candidate plans: one stream, auto's best plan at each stream count, each applicable policy at 2..N streams,
-and the user's rules files; all planned by msopt.plan.make_plan from the measured costs and simulated."""
+"""The candidate plans: one stream, the model's own _stream_id plan, auto's best plan at each stream count,
+each applicable policy at 2..N streams and the user's rules files; all planned by msopt.plan.make_plan from the measured costs and simulated."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class Candidate:
     """One plan to measure: its partition (node key -> stream), Const copies and simulated time."""
 
     label: str
-    kind: str  # "one stream", "auto", "policy" or "rules"
+    kind: str  # "one stream", "model" (its own _stream_id), "auto", "policy" or "rules"
     streams: int  # streams the plan was made for
     partition: dict[str, int] = field(default_factory=dict)
     const_copies: dict[str, list[int]] = field(default_factory=dict)
@@ -36,13 +36,23 @@ class Candidate:
 def plan_candidates(view, model, streams, cost: CostOptions, rules_files=(), limit=10):
     """(candidates to measure, [{label, why}] plans left out), simulated with the cost model of ``cost``.
 
-    One stream and every rules file always come first; the other plans are deduplicated (the same
+    One stream, the model's own plan (when its nodes carry _stream_id) and every rules file always come first; the other plans are deduplicated (the same
     partition from two policies is measured once, under the first label) and, beyond ``limit``,
     the ones simulated slowest are left out.
     """
     cost_model = build_cost_model(view, model, cost)
     one = Candidate(ONE_STREAM, ONE_STREAM, 1, simulated_us=cost_model.single_stream_us())
     fixed, others, skipped = [one], [], []
+    if any(node.stream is not None for node in view.real_nodes()):  # DeepRec's tf.stream or msopt.stream
+        label = "the model's own _stream_id"
+        try:
+            own = _candidate(
+                label, "model", view, model, PlanOptions(streams=streams, policy="none", cost=cost), cost_model
+            )
+        except InputError as e:
+            skipped.append({"label": label, "why": f"does not fit --streams {streams}: {e}"})
+        else:
+            fixed.append(own)
     for path in rules_files:
         options = PlanOptions(streams=streams, policy="manual", cost=cost, manual=ManualOptions(path))
         fixed.append(_candidate(f"rules {path}", "rules", view, model, options, cost_model))

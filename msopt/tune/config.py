@@ -21,7 +21,9 @@ class TuneConfig:
     warmup: int = 5  # unmeasured steps per candidate before the first round
     records: int = 2  # distinct input batches, the same for every candidate and the original
     seed: int = 0
-    max_candidates: int = 10  # measured candidates at most (one stream and --rules files always are)
+    max_candidates: int = (
+        10  # measured candidates at most (one stream, the model's own plan and --rules files always are)
+    )
     rules: tuple[str, ...] = ()  # rules files planned as extra candidates (policy manual)
     target: str | None = None  # GPU profile of the simulated figures
     device: str = "auto"  # auto: a GPU when TensorFlow sees one, else logical CPU devices
