@@ -74,6 +74,7 @@ def rows_of(doc):
     return {row["label"]: row for row in doc["candidates"]}
 
 
+@pytest.mark.slow  # one tune of a few candidates: about a minute on two shared cores
 def test_a_plan_that_stops_constant_folding_is_measured_slower_and_not_chosen(tuned):
     model, out, doc, tmp = tuned
     rows = rows_of(doc)
@@ -90,6 +91,7 @@ def test_a_plan_that_stops_constant_folding_is_measured_slower_and_not_chosen(tu
     assert doc["device"]["type"] == "cpu" and "do not predict" in doc["device"]["note"]
 
 
+@pytest.mark.slow  # one tune of a few candidates: about a minute on two shared cores
 def test_the_chosen_output_verifies_and_its_costs_and_report_are_written(tuned):
     from tests.conftest import run_msopt
 
@@ -105,6 +107,7 @@ def test_the_chosen_output_verifies_and_its_costs_and_report_are_written(tuned):
     assert "identical" in done.stdout
 
 
+@pytest.mark.slow  # one tune of a few candidates: about a minute on two shared cores
 def test_a_plan_whose_outputs_differ_is_discarded(tuned):
     model, out, doc, tmp = tuned
     differ = rows_of(doc)[f"rules {tmp / 'differ.yaml'}"]
@@ -190,6 +193,7 @@ def test_ctrl_c_in_a_round_keeps_the_complete_rounds_only():
     assert len(done.samples["a"]) == len(done.samples["b"]) == 6
 
 
+@pytest.mark.slow  # one tune of a few candidates: about a minute on two shared cores
 def test_ctrl_c_while_measuring_writes_the_best_verified_candidate_whole(tmp_path):
     """On a terminal (stderr a pty: progress lines and the bar show), Ctrl-C once the rounds run: exit 130,
     the chosen model, its costs and the report all written, the report saying why it stopped."""
