@@ -237,10 +237,15 @@ def test_ctrl_c_while_measuring_writes_the_best_verified_candidate_whole(tmp_pat
     assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]  # no half-written box left
 
 
-def test_the_models_own_stream_plan_is_a_candidate(tmp_path, msopt):
+def test_the_models_own_stream_plan_is_a_candidate(tmp_path, msopt, sample):
     """linreg_tf1 carries DeepRec-style _stream_id attributes: that plan is measured next to msopt's own."""
-    out = tmp_path / "out"
-    done = msopt("tune", "sample_models/linreg_tf1", "-n", "2", "--rounds", "1", "--steps", "2", "-o", out, "--json")
+    model = sample("linreg_tf1")
+    (tmp_path / "rules.yaml").write_text("rules:\n  - match: Y\n    stream: 1\n")
+    args = ["-n", "2", "--rounds", "1", "--steps", "2", "--rules", "rules.yaml", "-o", "out", "--json"]
+    done = msopt("tune", model.name, *args, cwd=tmp_path)  # relative paths: the runners work elsewhere
     assert done.returncode == 0, done.stderr
+    assert (
+        (tmp_path / "out").is_dir() and (tmp_path / "out.tune.json").exists() and (tmp_path / "out.costs.json").exists()
+    )
     own = rows_of(json.loads(done.stdout))["the model's own _stream_id"]
     assert own["kind"] == "model" and own["verified"] and own["streams_used"] == 2 and own["measured"]["steps"] == 2

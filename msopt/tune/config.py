@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 
 from msopt.errors import InputError
 
@@ -48,6 +49,12 @@ class TuneConfig:
             raise InputError(
                 f"--max-candidates {self.max_candidates} leaves no room for one stream and {len(self.rules)} rules file(s)"
             )
+
+    def with_absolute_paths(self):
+        """The same tune with every path made absolute (the runner works in a directory of its own)."""
+        given = {k: getattr(self, k) for k in ("model", "output", "costs_output", "report")}
+        paths = {k: os.path.abspath(v) for k, v in given.items() if v is not None}
+        return replace(self, **paths, rules=tuple(os.path.abspath(r) for r in self.rules))
 
     @property
     def costs_path(self):

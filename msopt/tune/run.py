@@ -25,8 +25,9 @@ def tune(config, progress=lambda message: None, bar=None):
 
     started = time.perf_counter()
     config.check()
+    config = config.with_absolute_paths()  # each runner works in a directory of its own
     deadline = started + config.budget if config.budget is not None else None
-    model, view = open_model(os.path.abspath(config.model), config.tags)
+    model, view = open_model(config.model, config.tags)
     emit.check_output(model, config.output, config.force)
     for path in (config.costs_path, config.report_path):
         check_parent(path)
