@@ -249,3 +249,9 @@ def test_the_models_own_stream_plan_is_a_candidate(tmp_path, msopt, sample):
     )
     own = rows_of(json.loads(done.stdout))["the model's own _stream_id"]
     assert own["kind"] == "model" and own["verified"] and own["streams_used"] == 2 and own["measured"]["steps"] == 2
+
+
+def test_a_gpu_asked_where_tensorflow_sees_none_is_bad_input(tmp_path, msopt):
+    done = msopt("tune", "sample_models/linreg_tf1", "-n", "2", "--device", "gpu", "-o", tmp_path / "out")
+    assert done.returncode == 2 and "TensorFlow sees no GPU" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
