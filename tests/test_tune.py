@@ -255,3 +255,11 @@ def test_a_gpu_asked_where_tensorflow_sees_none_is_bad_input(tmp_path, msopt):
     done = msopt("tune", "sample_models/linreg_tf1", "-n", "2", "--device", "gpu", "-o", tmp_path / "out")
     assert done.returncode == 2 and "TensorFlow sees no GPU" in done.stderr and len(done.stderr.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_model_that_is_not_a_graph_is_refused_before_tensorflow_loads(tmp_path, msopt):
+    bad = tmp_path / "bad.pb"
+    bad.write_bytes(b"\xff\xfe not a protocol buffer")
+    done = msopt("tune", bad, "-n", "2", "-o", tmp_path / "out")
+    assert done.returncode == 2 and done.stderr.startswith("msopt: error:") and "bad.pb" in done.stderr
+    assert len(done.stderr.splitlines()) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["bad.pb"]
