@@ -11,7 +11,7 @@ it waits for. Two bounds follow for any plan on N streams:
            max(longest path into i, ancestors' standalone sum / N, ancestors' work) + i's time
            + max(longest path out of i, descendants' standalone sum / N, descendants' work),
            work being standalone time x GPU share (the GPU's capacity is 1: the run at full GPU).
-           At a few of those ops the part after i also counts launches: descendants on i's stream run
+           At a few of those ops (graphs up to 100,000 ops) the part after i also counts launches: descendants on i's stream run
            one after another, the others are launched only once i's output has crossed streams, one
            launch at a time per host launch thread (``target.launch_threads``, the simulator's
            launchers; if the host model changes how many threads launch at once, change it here).
@@ -44,13 +44,16 @@ def _compute(cm, streams):
     kernel, neutral = cm.kernel, cm.neutral
     d = [cm.duration[i] if kernel[i] else 0.0 for i in range(n)]
     succ = cm.successors()
-    preds = [[j for j, _ in t.inputs[i]] + list(t.control[i]) for i in range(n)]
+    inputs, control = t.inputs, t.control
 
     # Longest path ending at i (head, with i) and starting at i (tail, with i); task ids are topological.
     head, best_pred = [0.0] * n, [-1] * n
     for i in range(n):
         ready = 0.0
-        for j in preds[i]:
+        for j, _ in inputs[i]:
+            if head[j] > ready:
+                ready, best_pred[i] = head[j], j
+        for j in control[i]:
             if head[j] > ready:
                 ready, best_pred[i] = head[j], j
         head[i] = ready + d[i]
@@ -83,7 +86,7 @@ def _compute(cm, streams):
         seen[c] = 1
         while stack:
             x = stack.pop()
-            for p in preds[x]:
+            for p in [j for j, _ in inputs[x]] + control[x]:
                 if not seen[p] and not neutral[p]:
                     seen[p] = 1
                     total += d[p]
@@ -122,7 +125,7 @@ def _compute(cm, streams):
             cut, cut_at = before + d[c] + after, c
 
     # The launches behind a cut, at a few chain ops (each costs a pass over the descendants).
-    budget = max(1, min(LAUNCH_CUTS, LAUNCH_CUT_BUDGET // max(1, n)))
+    budget = min(LAUNCH_CUTS, LAUNCH_CUT_BUDGET // max(1, n))
     picks = sorted(range(len(chain)), key=lambda k: -(values[k][0] + d[chain[k]] + values[k][1]))[:budget]
     for k in picks:
         c = chain[k]
@@ -133,7 +136,7 @@ def _compute(cm, streams):
 
 
 LAUNCH_CUTS = 16  # chain ops at which the launch split is evaluated
-LAUNCH_CUT_BUDGET = 200_000  # ops visited in all (about 0.2 s); a larger graph gets one
+LAUNCH_CUT_BUDGET = 100_000  # ops visited in all (about 0.1 s): none on graphs larger than that
 
 
 def _launch_split(cm, c, d, succ, neutral):
