@@ -5,6 +5,8 @@ import json
 import pytest
 from conftest import SAMPLES
 
+pytestmark = pytest.mark.tf
+
 SAMPLE_MODELS = [
     "linreg_tf1",
     "linreg_tf2",

@@ -16,6 +16,8 @@ from msopt.constraints import apply, const_copies, host_only, is_host_only
 from msopt.graph import GraphView
 from msopt.load import load
 
+pytestmark = pytest.mark.tf
+
 # Runs a SavedModel's serving signature in a fresh process; prints where each op ran.
 PROBE = r"""
 import json, os, sys

@@ -23,6 +23,8 @@ from msopt.fusion import GROUPS, PATTERNS, fusion_groups
 from msopt.graph import GraphView
 from msopt.load import load
 
+pytestmark = pytest.mark.tf
+
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
 RNG = np.random.default_rng(0)

@@ -10,6 +10,8 @@ from msopt import protos
 from msopt.graph import GraphView, node_key
 from msopt.load import load
 
+pytestmark = pytest.mark.tf
+
 
 def view_of(name):
     model = load(SAMPLES / name)

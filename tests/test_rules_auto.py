@@ -14,6 +14,8 @@ from msopt.load import load
 from msopt.plan import PlanOptions, make_plan
 from msopt.simulate import simulate
 
+pytestmark = pytest.mark.tf
+
 
 def auto_plan(v, streams, cost, model=None):
     result = make_plan(v, PlanOptions(streams=streams, policy="auto"), model, cost)

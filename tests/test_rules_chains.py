@@ -12,6 +12,8 @@ from msopt.rules import RuleOptions, run_rule
 from msopt.rules.chains import path_cover
 from msopt.rules.walk import flatten
 
+pytestmark = pytest.mark.tf
+
 
 def plan(v, streams, policy="chains"):
     return run_rule(policy, v, RuleOptions(streams=streams)).partition

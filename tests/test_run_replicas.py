@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES, run_msopt
 
+pytestmark = pytest.mark.tf
+
 BIN = Path(__file__).resolve().parent / "bin"
 PROBE = BIN / "replica_probe"
 MODEL = SAMPLES / "linreg_tf1"

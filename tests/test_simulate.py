@@ -12,6 +12,8 @@ from msopt.load import load
 from msopt.simulate import simulate
 from msopt.timeline import chrome_trace
 
+pytestmark = pytest.mark.tf
+
 SMALL = [1]  # one element: a kernel that occupies 1/sms of the GPU
 LARGE = [4_000_000]  # enough threads to fill the GPU: share 1
 
