@@ -120,6 +120,31 @@ def sample(tmp_path):
     return copy
 
 
+@pytest.fixture
+def sample_view():
+    """``open(name)``: (model, view) of a sample model (a name under sample_models/, or a path), loaded read only."""
+    from msopt.graph import GraphView
+    from msopt.load import load
+
+    def open_(name):
+        model = load(name if isinstance(name, Path) else SAMPLES / name)
+        return model, GraphView(model.graph_def)
+
+    return open_
+
+
+@pytest.fixture
+def sample_cost(sample_view):
+    """``build(name, **options)``: (model, view, cost model) of a sample model; options go to CostModel (target=...)."""
+    from msopt.cost import CostModel
+
+    def build(name, **options):
+        model, view = sample_view(name)
+        return model, view, CostModel(view, model, **options)
+
+    return build
+
+
 def built_once(target, build):
     """``target`` (a cached model directory), built by ``build()`` unless already there.
 
