@@ -95,6 +95,7 @@ def test_loading_does_not_import_tensorflow():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.slow
 def test_many_per_layer_functions(mobilenet_v2):
     model = load(mobilenet_v2)
     view = GraphView(model.graph_def)

@@ -158,6 +158,7 @@ def test_auto_plans_of_tf2_samples_verify(msopt, sample, tmp_path, name):
     assert json.loads(result.stdout)["verify"]["ok"]
 
 
+@pytest.mark.slow
 def test_auto_on_nasnet_uses_several_streams_and_verifies(msopt, nasnet_mobile, tmp_path):
     result = msopt(
         "partition",
@@ -181,6 +182,7 @@ def test_auto_on_nasnet_uses_several_streams_and_verifies(msopt, nasnet_mobile, 
     assert doc["auto"]["streams_used"] > 1 and doc["simulated"]["speedup"] > 1.3
 
 
+@pytest.mark.slow
 def test_the_plan_returned_is_the_best_candidate_simulated(nasnet_mobile, sample_cost):
     model, v, cost = sample_cost(nasnet_mobile, target="v100", batch_size=1)
     plan, report = auto_plan(v, 4, cost, model)

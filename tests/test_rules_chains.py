@@ -189,6 +189,7 @@ def test_chains_on_sample_models_verifies(msopt, sample, tmp_path, name):
     assert sum(1 for n in doc["nodes_per_stream"] if n) > 1  # the samples all have independent branches
 
 
+@pytest.mark.slow
 def test_chains_on_mobilenet_v2_verifies(msopt, mobilenet_v2, tmp_path):
     result = msopt(
         "partition",

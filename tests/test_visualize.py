@@ -165,6 +165,7 @@ def test_a_scope_over_several_streams_shows_its_shares(tmp_path):
 
 
 @needs_dot
+@pytest.mark.slow
 def test_nasnet_folds_into_a_readable_picture(tmp_path, nasnet_mobile):
     out = tmp_path / "nasnet.svg"
     result = run_msopt("visualize", nasnet_mobile, "--policy", "chains", "--streams", "4", "-o", out, "--json")
