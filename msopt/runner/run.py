@@ -29,7 +29,18 @@ def run_model(config, progress=lambda message: None):
     priorities = parse_priorities(config.stream_priority, streams)
     if config.mps_threads is not None and not config.mps:
         raise InputError("--mps-threads applies with --mps")
-    if config.mps or config.replicas > 1:
+    if config.uses_lanes:
+        refused = {"--trace": config.trace_path, "--profile": config.profile_path, "--stage": config.stage}
+        refused["--save-outputs"] = config.save_outputs
+        for flag, value in refused.items():
+            if value:
+                raise InputError(f"{flag} does not combine with --lanes/--concurrency yet")
+        if config.mps or config.replicas > 1:
+            raise InputError("--lanes/--concurrency run in one process: drop --replicas/--mps to use them")
+        from msopt.runner.lanes_load import run_with_lanes
+
+        document = run_with_lanes(config.with_absolute_paths(), loaded, view, streams, priorities, progress)
+    elif config.mps or config.replicas > 1:
         for flag, value in config.one_process_only:
             if value:
                 raise InputError(f"{flag} runs in one process: drop --replicas/--mps to use it")
