@@ -143,6 +143,19 @@ from msopt.errors import CheckFailed
     help="shared: one loaded TF2 object, each lane calls it under its device scope (variable reads stay on the "
     "variable's device); copy: each lane loads its own weights on its devices. Default: shared where possible.",
 )
+@click.option(
+    "--launcher",
+    type=click.Choice(["local", "mpirun"]),
+    default="local",
+    show_default=True,
+    help="How --replicas start: local worker processes, or Open MPI's mpirun (one rank per replica, one GPU "
+    "per local rank, MPI barrier and gather; needs openmpi-bin and mpi4py).",
+)
+@click.option(
+    "--hosts",
+    default=None,
+    help="With --launcher mpirun: host:slots,... passed to mpirun -H (model and msopt at the same paths on each).",
+)
 @click.option("--stage", is_flag=True, help="Pipeline the model: the part above the boundary runs ahead in threads.")
 @click.option(
     "--stage-boundary",
@@ -208,6 +221,8 @@ def run(
     concurrency,
     lanes,
     lane_weights,
+    launcher,
+    hosts,
     stage,
     stage_boundary,
     stage_threads,
@@ -251,6 +266,8 @@ def run(
         params = click.get_current_context().params
         config = RunConfig(**{k: v for k, v in params.items() if k not in ("as_json", "worker_config")})
     document = run_model(config, progress)
+    if document is None:  # an MPI rank other than 0: rank 0 reports for every rank
+        return
     if as_json:
         print_json(document)
     else:

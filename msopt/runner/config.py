@@ -11,7 +11,7 @@ from msopt.errors import InputError
 PATH_FIELDS = ("inputs_npz", "save_outputs", "compare_to", "trace_path", "profile_path")
 # Only the parent acts on these: a worker runs one replica, inherits CUDA_VISIBLE_DEVICES (by UUID under
 # MPS) and the MPS environment, and is told its place in the run on its command line.
-PARENT_ONLY = {"mps": False, "mps_threads": None, "replicas": 1, "gpus": None}
+PARENT_ONLY = {"mps": False, "mps_threads": None, "replicas": 1, "gpus": None, "launcher": "local", "hosts": None}
 WORKER_FIELDS = ("worker_barrier", "worker_replicas")
 
 
