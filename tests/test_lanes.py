@@ -114,6 +114,8 @@ def test_lanes_times_streams_on_a_tf1_model_split_into_two_streams(tmp_path):
             f"/device:CPU:{2 * k}",
             f"/device:CPU:{2 * k + 1}",
         }
+        reads = doc["executed"]["lane_to_device"][str(k)]["variable_reads"]  # each lane's own copy
+        assert reads and set(reads) <= {f"/device:CPU:{2 * k}", f"/device:CPU:{2 * k + 1}"}
     assert doc["weights"]["mode"] == "copy" and doc["compare"]["ok"]
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from msopt.errors import InputError
 
 MAX_DEVICES = 1024  # lanes x streams: the same bound as --streams
-VARIABLE_READS = ("ReadVariableOp", "ResourceGather", "ResourceGatherNd", "VarHandleOp")
+VARIABLE_READS = ("ReadVariableOp", "ResourceGather", "ResourceGatherNd", "VarHandleOp", "VariableV2")
 
 
 def check_lane_options(lanes, concurrency, streams, lane_weights, can_share):
