@@ -9,6 +9,7 @@ Targets (issue 4): auto is the best policy, or within 1% of it, on every row; it
 to the lower bound is at most 1.15.
 
     python bench/partition_quality.py                   # everything (builds the Keras models once, cached)
+    python bench/partition_quality.py --models retinanet,bert --batches 1   # the large models (built once, cached)
     python bench/partition_quality.py --models linreg_tf1,deepfm_tf1 --streams 2 --json
 """
 
@@ -36,10 +37,101 @@ SAMPLES = [
 ]
 # Built with tf-keras, weights=None, cached where the tests cache them (MobileNetV2 at the tests' 96x96 input).
 KERAS = {"InceptionV3": {}, "NASNetMobile": {}, "ResNet50": {}, "MobileNetV2": {"input_shape": (96, 96, 3)}}
+# Larger models, on request (--models retinanet,bert): a RetinaNet-class detector and the tests' BERT-style encoder.
+LARGE = ["retinanet", "bert"]
+
+# A RetinaNet-class detector with the structure of TF Model Garden's exports: a ResNet50 backbone (tf-keras,
+# weights=None, 384x384), an FPN on C3-C5 plus P6/P7, class and box towers of four 3x3 convolutions shared over
+# the five levels, sigmoid scores, and a per-class detection generator: one functional While (tf.map_fn over
+# the batch) per class, each running top-k, a gather and non-max suppression. 90 classes, as COCO's exports.
+RETINANET_CODE = r"""
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import tensorflow as tf, tf_keras as keras
+classes, size, anchors = int(sys.argv[2]), 384, 9
+keras.utils.set_random_seed(0)
+L = keras.layers
+backbone = keras.applications.ResNet50(include_top=False, weights=None, input_shape=(size, size, 3))
+c3, c4, c5 = (backbone.get_layer(n).output for n in ("conv3_block4_out", "conv4_block6_out", "conv5_block3_out"))
+p5 = L.Conv2D(256, 1)(c5)
+p4 = L.Add()([L.UpSampling2D()(p5), L.Conv2D(256, 1)(c4)])
+p3 = L.Add()([L.UpSampling2D()(p4), L.Conv2D(256, 1)(c3)])
+levels = [L.Conv2D(256, 3, padding="same")(p) for p in (p3, p4, p5)]
+p6 = L.Conv2D(256, 3, strides=2, padding="same")(c5)
+levels += [p6, L.Conv2D(256, 3, strides=2, padding="same")(L.ReLU()(p6))]
+def tower(outputs):
+    convs = [L.Conv2D(256, 3, padding="same", activation="relu") for _ in range(4)]
+    convs.append(L.Conv2D(anchors * outputs, 3, padding="same"))
+    def apply(x):
+        for conv in convs:
+            x = conv(x)
+        return L.Reshape((-1, outputs))(x)
+    return apply
+cls_tower, box_tower = tower(classes), tower(4)
+logits = L.Concatenate(axis=1)([cls_tower(p) for p in levels])
+boxes = L.Concatenate(axis=1)([box_tower(p) for p in levels])
+net = keras.Model(backbone.input, [logits, boxes])
+
+class Detector(tf.Module):
+    def __init__(self):
+        self.net = net
+
+    @tf.function(input_signature=[tf.TensorSpec([None, size, size, 3], tf.float32, name="images")])
+    def __call__(self, images):
+        logits, boxes = self.net(images, training=False)
+        scores = tf.sigmoid(logits)
+        per_class = []
+        for c in range(classes):
+            def detect(args):
+                s, b = args
+                top, idx = tf.math.top_k(s, k=100)
+                chosen = tf.gather(b, idx)
+                keep = tf.image.non_max_suppression(chosen, top, 20, iou_threshold=0.5)
+                kept = tf.gather(top, keep)
+                return tf.pad(kept, [[0, 20 - tf.shape(kept)[0]]])
+            per_class.append(tf.map_fn(detect, (scores[:, :, c], boxes), fn_output_signature=tf.float32))
+        return {"detection_scores": tf.stack(per_class, axis=1)}
+
+module = Detector()
+tmp = sys.argv[1] + ".partial"
+tf.saved_model.save(module, tmp, signatures={"serving_default": module.__call__})
+os.replace(tmp, sys.argv[1])
+"""
+
+
+def retinanet(classes=90):
+    """The RetinaNet-class detector above, built once and cached where the tests cache models."""
+    import shutil
+    import subprocess
+
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from conftest import CACHE, built_once
+
+    target = CACHE / f"retinanet_c{classes}"
+
+    def build():
+        shutil.rmtree(str(target) + ".partial", ignore_errors=True)
+        subprocess.run(
+            [sys.executable, "-c", RETINANET_CODE, str(target), str(classes)],
+            check=True,
+            capture_output=True,
+            timeout=1800,
+        )
+
+    return built_once(target, build)
+
+
 POLICIES = ["one-stream", "round-robin", "chains", "embedding", "auto"]
 
 
 def model_path(name):
+    if name == "retinanet":
+        return str(retinanet())
+    if name == "bert":
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        from conftest import transformer_encoder
+
+        return str(transformer_encoder())
     if name in KERAS:
         sys.path.insert(0, os.path.join(ROOT, "tests"))
         from conftest import keras_application

@@ -37,9 +37,9 @@ DEFAULTS = {
 
 SOURCES = {
     "op_overhead_us": "measured: TensorFlow 2.21 executor, cheap inline ops on logical CPU devices, wall time per "
-    "extra op, median 1.17-1.26 us (CPU figure; docs/reference.md)",
-    "partition_overhead_us": "TensorFlow 2.21 step time grows 0.15-0.2 ms per extra device partition on 2 shared "
-    "cores (CPU figure, the range's high end); assumption: a data-centre host 3x faster (docs/reference.md)",
+    "extra op, 0.6-1.6 us on a quiet machine (CPU figure; docs/host.md)",
+    "partition_overhead_us": "TensorFlow 2.21 step time grows 0.1-0.2 ms per extra device partition on 2 shared "
+    "cores (CPU figure, docs/host.md; the range's high end); assumption: a data-centre host 3x faster",
     "launch_us": "NVIDIA, Getting Started with CUDA Graphs (2019): 3.8 us per kernel when launches are back to back",
     "launch_contention": "assumption inside the range the published figures allow (docs/reference.md)",
     "launch_threads": "TensorFlow's inter-op pool defaults to the host's logical CPUs; DGX system data sheets",
@@ -60,7 +60,7 @@ LAUNCH_THREADS = {
 # Plausible [lo, hi] of the uncertain constants (derivation: docs/reference.md, "The host model").
 RANGES = {
     "launch_contention": (0.0, 0.5),
-    "op_overhead_us": (1.0, 6.0),
+    "op_overhead_us": (0.6, 6.0),
     "partition_overhead_us": (20.0, 200.0),
     "launch_us": (2.0, 4.0),
     "sync_us": (5.0, 20.0),

@@ -68,7 +68,13 @@ class Result:
 
     @property
     def lower_bound_us(self):
-        return self.cost_model.lower_bound(self.streams)["lower_bound_us"]
+        return self.bound()["lower_bound_us"]
+
+    def bound(self):
+        """The cost model's bound, tightened for this stream count by msopt.bound (serial streams, cuts)."""
+        from msopt.bound import tightened
+
+        return tightened(self.cost_model.lower_bound(self.streams), self.cost_model, self.streams)
 
     @property
     def waits(self):
@@ -97,7 +103,7 @@ class Result:
 
     def report(self):
         cm = self.cost_model
-        bound = cm.lower_bound(self.streams)
+        bound = self.bound()
         target = cm.target
         single = self.single_stream_us
         ms = lambda us: round(us / 1000.0, 6)  # noqa: E731
@@ -116,6 +122,8 @@ class Result:
             "critical_path_ms": ms(bound["critical_path_us"]),
             "total_work_ms": ms(bound["total_work_us"]),
             "host_launch_ms": ms(bound["host_launch_us"]),
+            "serial_streams_ms": ms(bound["serial_streams_us"]),
+            "cut_ms": ms(bound["cut_us"]),
             "launch_threads": min(len(set(self.stream_of)) or 1, target.launch_threads),  # threads that launched
             "host": host_settings(target),
             "syncs": self.syncs,

@@ -1,7 +1,11 @@
 """Shared test fixtures: the sample models, the CLI (in a subprocess or in-process) and cached Keras models."""
 
+import ast
 import fcntl
+import importlib.util
+import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +16,77 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_models"
 CACHE = Path(os.environ.get("MSOPT_TEST_CACHE", ROOT / ".cache" / "test-models"))
+TF_GUARD = Path(__file__).resolve().parent / "tf_guard"
+TF_GUARD_VARIABLE = "MSOPT_TEST_FORBID_TF"
+
+
+def tf_deselected(config):
+    """Whether the run's -m expression leaves out every test marked `tf`, whatever its other markers (-m "not tf")."""
+    expression = config.getoption("markexpr", "") or ""
+    if not expression:
+        return False
+    from _pytest.mark.expression import Expression
+
+    compiled = Expression.compile(expression)
+    others = sorted(set(re.findall(r"[A-Za-z_][\w.]*", expression)) - {"and", "or", "not", "tf"})
+    for values in itertools.product((False, True), repeat=len(others)):
+        marked = {"tf", *(name for name, value in zip(others, values) if value)}
+        if compiled.evaluate(lambda name, **kwargs: name in marked):  # noqa: B023 (evaluated at once)
+            return False
+    return True
+
+
+def marked_tf(path):
+    """Whether a test module says `pytestmark = pytest.mark.tf` (or a list holding it) at its top level."""
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    for statement in tree.body:
+        if isinstance(statement, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "pytestmark" for t in statement.targets
+        ):
+            return any(
+                isinstance(n, ast.Attribute) and n.attr == "tf" and isinstance(n.value, ast.Attribute)
+                for n in ast.walk(statement.value)
+            )
+    return False
+
+
+def pytest_configure(config):
+    """In a run without `tf` tests, `import tensorflow` raises, here and in every Python process a test starts.
+
+    So a test that needs TensorFlow but lacks the marker fails, naming itself, instead of slowing the quick suite.
+    """
+    if not tf_deselected(config):
+        return
+    spec = importlib.util.spec_from_file_location("tf_guard", TF_GUARD / "sitecustomize.py")
+    guard = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(guard)
+    os.environ[TF_GUARD_VARIABLE] = "collection"
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TF_GUARD), os.environ.get("PYTHONPATH")]))
+    guard.install()
+    # pytest.importorskip("tensorflow") would turn the refusal into a skip: make it an error instead.
+    config.addinivalue_line("filterwarnings", "error:(?s).*in a run without the .tf. marker")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Modules marked `tf` as a whole are not even imported when `tf` is deselected (they may import TensorFlow)."""
+    if TF_GUARD_VARIABLE in os.environ and collection_path.suffix == ".py" and marked_tf(collection_path):
+        return True
+    return None
+
+
+def pytest_collectstart(collector):
+    if TF_GUARD_VARIABLE in os.environ:
+        os.environ[TF_GUARD_VARIABLE] = collector.nodeid or "collection"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if TF_GUARD_VARIABLE in os.environ:
+        os.environ[TF_GUARD_VARIABLE] = item.nodeid
+    return (yield)
 
 
 def run_msopt(*args, cwd=None, env=None, timeout=600):
@@ -43,6 +118,31 @@ def sample(tmp_path):
         return dst
 
     return copy
+
+
+@pytest.fixture
+def sample_view():
+    """``open(name)``: (model, view) of a sample model (a name under sample_models/, or a path), loaded read only."""
+    from msopt.graph import GraphView
+    from msopt.load import load
+
+    def open_(name):
+        model = load(name if isinstance(name, Path) else SAMPLES / name)
+        return model, GraphView(model.graph_def)
+
+    return open_
+
+
+@pytest.fixture
+def sample_cost(sample_view):
+    """``build(name, **options)``: (model, view, cost model) of a sample model; options go to CostModel (target=...)."""
+    from msopt.cost import CostModel
+
+    def build(name, **options):
+        model, view = sample_view(name)
+        return model, view, CostModel(view, model, **options)
+
+    return build
 
 
 def built_once(target, build):

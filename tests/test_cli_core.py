@@ -5,6 +5,8 @@ import json
 import pytest
 from conftest import SAMPLES
 
+pytestmark = pytest.mark.tf
+
 SAMPLE_MODELS = [
     "linreg_tf1",
     "linreg_tf2",
@@ -111,6 +113,7 @@ def test_partition_default_output_and_force(msopt, sample):
     assert msopt("partition", src, "--streams", 2, "--policy", "none", "--force").returncode == 0
 
 
+@pytest.mark.slow
 def test_many_function_keras_model_partition_verify(msopt, tmp_path, mobilenet_v2):
     result = msopt(
         "partition",

@@ -16,6 +16,8 @@ from msopt.constraints import apply, const_copies, host_only, is_host_only
 from msopt.graph import GraphView
 from msopt.load import load
 
+pytestmark = pytest.mark.tf
+
 # Runs a SavedModel's serving signature in a fresh process; prints where each op ran.
 PROBE = r"""
 import json, os, sys
@@ -377,6 +379,7 @@ def test_stream_out_of_range_names_node_and_rule(msopt, tmp_path):
     assert "stream 5 from rule 2 (second tower)" in line and f"{rules}:4" in line and "[0, 2)" in line
 
 
+@pytest.mark.slow
 def test_tf_keras_model_plan_is_honoured_only_with_saved_variable_devices(msopt, mobilenet_v2, tmp_path):
     """A tf-keras model (one function per layer): every planned read runs where planned once the variables move."""
     rules = tmp_path / "rules.yaml"

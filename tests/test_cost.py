@@ -133,20 +133,16 @@ def test_a_function_called_twice_runs_twice():
     assert cm.time_us("f:relu") == pytest.approx(2 * cm.duration[first])
 
 
-def test_only_the_signature_run_counts():
-    model = load(SAMPLES / "towers_tf2")
-    view = GraphView(model.graph_def)
-    cm = CostModel(view, model, target="h100", batch_size=1)
+def test_only_the_signature_run_counts(sample_cost):
+    model, view, cm = sample_cost("towers_tf2", target="h100", batch_size=1)
     ops = [cm.tasks.op[i] for i in range(len(cm))]
     assert ops.count("Conv2D") == 4  # two towers of two convolutions; the other traced copies and the saver do not run
     assert not any("traced" in k for k in cm.tasks.key)
     assert cm.signature == "serving_default" and cm.unknown_shapes == 0
 
 
-def test_recorded_shapes_and_the_batch_dimension():
-    model = load(SAMPLES / "towers_tf2")
-    view = GraphView(model.graph_def)
-    small = CostModel(view, model, target="v100", batch_size=1)
+def test_recorded_shapes_and_the_batch_dimension(sample_cost):
+    model, view, small = sample_cost("towers_tf2", target="v100", batch_size=1)
     large = CostModel(view, model, target="v100", batch_size=256)
     conv = next(i for i in range(len(small)) if small.tasks.op[i] == "Conv2D")
     assert small.shapes[conv][0][1] == [-1, 28, 28, 8]
@@ -155,10 +151,8 @@ def test_recorded_shapes_and_the_batch_dimension():
     assert large.duration[conv] > small.duration[conv]
 
 
-def test_no_kernel_ops_are_free_and_kernels_take_at_least_the_minimum():
-    model = load(SAMPLES / "linreg_tf1")
-    view = GraphView(model.graph_def)
-    cm = CostModel(view, model, target="h100")
+def test_no_kernel_ops_are_free_and_kernels_take_at_least_the_minimum(sample_cost):
+    model, view, cm = sample_cost("linreg_tf1", target="h100")
     for i in range(len(cm)):
         if cm.tasks.op[i] in ("Const", "Identity", "Placeholder", "VariableV2", "NoOp"):
             assert not cm.kernel[i] and cm.duration[i] == 0
@@ -269,17 +263,13 @@ def test_building_the_cost_model_leaves_the_protos_untouched():
         assert model.meta_graph.SerializeToString(deterministic=True) == before, name
 
 
-def test_v1_while_loop_back_edges_do_not_make_a_cycle():
-    model = load(SAMPLES / "stage_tf1")
-    view = GraphView(model.graph_def)
-    cm = CostModel(view, model, target="v100")
+def test_v1_while_loop_back_edges_do_not_make_a_cycle(sample_cost):
+    model, view, cm = sample_cost("stage_tf1", target="v100")
     for i in range(len(cm)):  # every edge goes forward in the task order
         assert all(src < i for src, _ in cm.tasks.inputs[i]) and all(src < i for src in cm.tasks.control[i])
     assert any(op == "NextIteration" for op in cm.tasks.op)
 
 
-def test_frozen_graph_without_signatures_runs_every_node():
-    model = load(SAMPLES / "linreg_frozen.pb")
-    view = GraphView(model.graph_def)
-    cm = CostModel(view, model, target="v100")
+def test_frozen_graph_without_signatures_runs_every_node(sample_cost):
+    model, view, cm = sample_cost("linreg_frozen.pb", target="v100")
     assert cm.signature is None and len(cm) == sum(1 for _ in view.real_nodes())

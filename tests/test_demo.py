@@ -5,7 +5,10 @@ import json
 import re
 import shlex
 
+import pytest
 from conftest import ROOT, run_msopt
+
+pytestmark = pytest.mark.tf
 
 DEMO = ROOT / "scripts" / "demo.sh"
 

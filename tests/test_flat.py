@@ -18,6 +18,8 @@ from msopt.rules.walk import flatten
 from msopt.simulate import streams_of
 from msopt.visualize import op_streams, signature_ops
 
+pytestmark = pytest.mark.tf
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_models"
 

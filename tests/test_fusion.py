@@ -23,6 +23,8 @@ from msopt.fusion import GROUPS, PATTERNS, fusion_groups
 from msopt.graph import GraphView
 from msopt.load import load
 
+pytestmark = pytest.mark.tf
+
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
 RNG = np.random.default_rng(0)
@@ -483,6 +485,7 @@ def test_no_group_spans_unrelated_nodes():
 
 
 # -- the transformer encoder that differed, and MobileNetV2 -----------------------------------------
+@pytest.mark.slow
 def test_transformer_groups_include_the_trees_that_differed(transformer):
     """The two rewrites split plans lost: (einsum + bias) + residual summed by AddOpsRewrite, and
     GELU's coeff * pow(x, 3) regrouped by MinimizeBroadcasts."""
@@ -500,6 +503,7 @@ def test_transformer_groups_include_the_trees_that_differed(transformer):
 
 
 @pytest.mark.parametrize("policy,streams", [("chains", 2), ("chains", 4), ("auto", 4)])
+@pytest.mark.slow
 def test_transformer_partition_verifies_bitwise(msopt, transformer, tmp_path, policy, streams):
     done = msopt(
         "partition",
@@ -526,6 +530,7 @@ def test_transformer_partition_verifies_bitwise(msopt, transformer, tmp_path, po
         assert any(m["constraint"] == "fusion" for m in doc["constraint_merges"])
 
 
+@pytest.mark.slow
 def test_mobilenet_chains_still_verifies(msopt, mobilenet_v2, tmp_path):
     done = msopt(
         "partition",

@@ -24,6 +24,8 @@ from msopt.runner.gpu_inventory import driver_gpus, memory_mb, resolve_visible, 
 from msopt.runner.gpu_layout import GpuLayout, stream_device
 from msopt.runner.trace import costs_document, executed_devices, executed_names, has_kernel_rows, row_kind
 
+pytestmark = pytest.mark.tf
+
 HERE = Path(__file__).resolve().parent
 BIN = HERE / "bin"
 

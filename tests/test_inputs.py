@@ -11,6 +11,8 @@ from msopt.inputs import InputGenerator
 from msopt.protos import DTYPE_NAMES
 from msopt.runner.tensorflow_runtime import error_line
 
+pytestmark = pytest.mark.tf
+
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
 

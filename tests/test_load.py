@@ -10,6 +10,8 @@ from msopt import protos
 from msopt.graph import GraphView, node_key
 from msopt.load import load
 
+pytestmark = pytest.mark.tf
+
 
 def view_of(name):
     model = load(SAMPLES / name)
@@ -93,6 +95,7 @@ def test_loading_does_not_import_tensorflow():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.slow
 def test_many_per_layer_functions(mobilenet_v2):
     model = load(mobilenet_v2)
     view = GraphView(model.graph_def)

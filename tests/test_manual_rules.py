@@ -13,6 +13,8 @@ from msopt.plan import ManualOptions, PlanOptions, make_plan
 from msopt.rules import RuleOptions
 from msopt.rules.manual import manual, read_rules
 
+pytestmark = pytest.mark.tf
+
 DEEPFM_TF2_RULES = """\
 rules:
   - match: "deepfm_1/C1[0-9]_embedding_1/.*"   # regex, full match on the node name

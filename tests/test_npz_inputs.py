@@ -9,6 +9,8 @@ from conftest import SAMPLES, run_msopt
 from msopt.errors import InputError
 from msopt.inputs import read_npz
 
+pytestmark = pytest.mark.tf
+
 LINREG = SAMPLES / "linreg_tf1"
 SPEC = {"X": {"dtype": "float", "shape": [None, 1]}, "Y": {"dtype": "float", "shape": [None, 1]}}
 

@@ -17,6 +17,8 @@ from msopt import outputs, protos
 from msopt.errors import InputError
 from msopt.load import load
 
+pytestmark = pytest.mark.tf
+
 NOISE_NODES = """
 node { name: "noise_shape" op: "Const" attr { key: "dtype" value { type: DT_INT32 } }
   attr { key: "value" value { tensor { dtype: DT_INT32 tensor_shape { dim { size: 1 } } int_val: 4 } } } }

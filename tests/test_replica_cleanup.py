@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES
 
+pytestmark = pytest.mark.tf
+
 MODEL = SAMPLES / "linreg_tf1"
 SETTLE_S = 15.0  # how long the cleanup may take, at most (it usually takes well under a second)
 

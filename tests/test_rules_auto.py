@@ -4,15 +4,14 @@ import itertools
 import json
 
 import pytest
-from conftest import SAMPLES
 from handbuilt import view
 
 from msopt.constraints import apply
 from msopt.cost import CostModel
-from msopt.graph import GraphView
-from msopt.load import load
 from msopt.plan import PlanOptions, make_plan
 from msopt.simulate import simulate
+
+pytestmark = pytest.mark.tf
 
 
 def auto_plan(v, streams, cost, model=None):
@@ -94,10 +93,8 @@ def test_uneven_branches_on_two_streams_match_the_brute_force_optimum():
 
 @pytest.mark.parametrize("name", ["linreg_tf1", "towers_tf1", "towers_tf2", "stage_tf1", "deepfm_tf1", "deepfm_tf2"])
 @pytest.mark.parametrize("batch", [1, 32])
-def test_never_slower_than_one_stream_on_the_samples(name, batch):
-    model = load(SAMPLES / name)
-    v = GraphView(model.graph_def)
-    cost = CostModel(v, model, target="v100", batch_size=batch)
+def test_never_slower_than_one_stream_on_the_samples(name, batch, sample_cost):
+    model, v, cost = sample_cost(name, target="v100", batch_size=batch)
     plan, report = auto_plan(v, 4, cost, model)
     assert simulate(v, plan, 4, cost).makespan_us <= cost.single_stream_us()
     chosen = [c for c in report["auto"]["candidates"] if c["robust"] is not False]  # auto takes robust plans only
@@ -106,10 +103,8 @@ def test_never_slower_than_one_stream_on_the_samples(name, batch):
     )
 
 
-def test_auto_beats_one_stream_on_the_towers_at_batch_32():
-    model = load(SAMPLES / "towers_tf1")
-    v = GraphView(model.graph_def)
-    cost = CostModel(v, model, target="v100", batch_size=32)
+def test_auto_beats_one_stream_on_the_towers_at_batch_32(sample_cost):
+    model, v, cost = sample_cost("towers_tf1", target="v100", batch_size=32)
     plan, _ = auto_plan(v, 2, cost, model)
     assert simulate(v, plan, 2, cost).makespan_us < 0.8 * cost.single_stream_us()
 
@@ -169,6 +164,7 @@ def test_auto_plans_of_tf2_samples_verify(msopt, sample, tmp_path, name):
     assert json.loads(result.stdout)["verify"]["ok"]
 
 
+@pytest.mark.slow
 def test_auto_on_nasnet_uses_several_streams_and_verifies(msopt, nasnet_mobile, tmp_path):
     result = msopt(
         "partition",
@@ -192,10 +188,9 @@ def test_auto_on_nasnet_uses_several_streams_and_verifies(msopt, nasnet_mobile, 
     assert doc["auto"]["streams_used"] > 1 and doc["simulated"]["speedup"] > 1.3
 
 
-def test_the_plan_returned_is_the_best_candidate_simulated(nasnet_mobile):
-    model = load(nasnet_mobile)
-    v = GraphView(model.graph_def)
-    cost = CostModel(v, model, target="v100", batch_size=1)
+@pytest.mark.slow
+def test_the_plan_returned_is_the_best_candidate_simulated(nasnet_mobile, sample_cost):
+    model, v, cost = sample_cost(nasnet_mobile, target="v100", batch_size=1)
     plan, report = auto_plan(v, 4, cost, model)
     best = min(c["makespan_ms"] for c in report["auto"]["candidates"] if c["robust"] is not False)
     assert simulate(v, plan, 4, cost).makespan_us / 1000 == pytest.approx(best, abs=1e-6)

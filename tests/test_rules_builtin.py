@@ -12,6 +12,8 @@ from msopt.load import load
 from msopt.rules import CollectiveOptions, RuleOptions, StageOptions, run_rule
 from msopt.rules.embedding import feature_subgraphs
 
+pytestmark = pytest.mark.tf
+
 
 def sample_view(name):
     return GraphView(load(SAMPLES / name).graph_def)

@@ -12,6 +12,8 @@ from msopt.rules import RuleOptions, run_rule
 from msopt.rules.chains import path_cover
 from msopt.rules.walk import flatten
 
+pytestmark = pytest.mark.tf
+
 
 def plan(v, streams, policy="chains"):
     return run_rule(policy, v, RuleOptions(streams=streams)).partition
@@ -187,6 +189,7 @@ def test_chains_on_sample_models_verifies(msopt, sample, tmp_path, name):
     assert sum(1 for n in doc["nodes_per_stream"] if n) > 1  # the samples all have independent branches
 
 
+@pytest.mark.slow
 def test_chains_on_mobilenet_v2_verifies(msopt, mobilenet_v2, tmp_path):
     result = msopt(
         "partition",

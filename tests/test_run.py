@@ -10,6 +10,8 @@ from msopt import emit
 from msopt.graph import GraphView
 from msopt.load import load
 
+pytestmark = pytest.mark.tf
+
 COMPUTE_OPS = {"Conv2D", "MatMul", "BiasAdd", "Relu", "MaxPool", "AddV2", "Add", "Reshape", "Mean", "Pack"}
 
 

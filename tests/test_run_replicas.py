@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES, run_msopt
 
+pytestmark = pytest.mark.tf
+
 BIN = Path(__file__).resolve().parent / "bin"
 PROBE = BIN / "replica_probe"
 MODEL = SAMPLES / "linreg_tf1"
@@ -51,6 +53,7 @@ def test_replicas_on_the_cpu_are_aggregated():
     assert doc["throughput"]["records_per_s"] > 0 and doc["latency_ms"]["p99"] >= doc["latency_ms"]["p50"] > 0
 
 
+@pytest.mark.slow
 def test_mps_starts_a_private_daemon_passes_its_environment_and_stops_it(tmp_path):
     done = run_msopt(
         "run",
@@ -84,6 +87,7 @@ def test_mps_starts_a_private_daemon_passes_its_environment_and_stops_it(tmp_pat
     assert not Path(pipe).exists()  # private directories removed after the daemon stopped
 
 
+@pytest.mark.slow
 def test_mps_joins_a_running_daemon_and_leaves_it_running(tmp_path):
     pipe, log = tmp_path / "pipe", tmp_path / "log"
     env = standin_env(tmp_path, CUDA_MPS_PIPE_DIRECTORY=pipe, CUDA_MPS_LOG_DIRECTORY=log)
@@ -112,6 +116,7 @@ def test_a_daemon_that_dies_during_the_run_fails_the_run(tmp_path):
 
 
 @pytest.mark.parametrize("when", ["start", "run"])
+@pytest.mark.slow
 def test_a_replica_that_crashes_fails_the_run_and_stops_the_others(tmp_path, when):
     env = standin_env(tmp_path, MSOPT_PROBE_CRASH=1, MSOPT_PROBE_CRASH_AT=when)
     done = run_msopt(
@@ -154,6 +159,7 @@ def test_options_that_need_one_process_are_refused_with_replicas():
     assert done.returncode == 2 and "--trace runs in one process" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_replica_that_never_attaches_to_the_daemon_fails_the_run(tmp_path):
     env = standin_env(tmp_path, MSOPT_PROBE_ATTACH="0")  # replica 1 runs, but not as a client of the server
     done = run_msopt("run", MODEL, "--device", "cpu", "--mps", "--replicas", 2, "--iterations", 5, env=env)
@@ -182,6 +188,7 @@ TWO_GPUS = json.dumps(
 )
 
 
+@pytest.mark.slow
 def test_mps_names_the_gpus_by_uuid_for_the_daemon_and_the_replicas(tmp_path):
     env = standin_env(tmp_path, MSOPT_STANDIN_GPUS=TWO_GPUS)
     done = run_msopt(

@@ -20,6 +20,8 @@ from msopt.runner.placed_model import streams_in
 from msopt.runner.stage_pipeline import StageFailed, StagePipeline
 from msopt.runner.trace import executed_names
 
+pytestmark = pytest.mark.tf
+
 BIN = Path(__file__).resolve().parent / "bin"
 
 

@@ -12,6 +12,8 @@ from msopt.load import load
 from msopt.simulate import simulate
 from msopt.timeline import chrome_trace
 
+pytestmark = pytest.mark.tf
+
 SMALL = [1]  # one element: a kernel that occupies 1/sms of the GPU
 LARGE = [4_000_000]  # enough threads to fill the GPU: share 1
 
@@ -220,10 +222,8 @@ def test_out_of_range_stream_is_refused():
         run(chains(SMALL), {"c": 2}, 2, TEN)
 
 
-def test_a_function_body_runs_where_its_caller_runs_unless_placed():
-    model = load(SAMPLES / "towers_tf2")
-    view = GraphView(model.graph_def)
-    cm = CostModel(view, model, target="v100", batch_size=4)
+def test_a_function_body_runs_where_its_caller_runs_unless_placed(sample_cost):
+    model, view, cm = sample_cost("towers_tf2", target="v100", batch_size=4)
     call = next(
         n.key
         for n in view.real_nodes()
@@ -244,10 +244,8 @@ def tower_partition(cm):
 
 
 @pytest.mark.parametrize("batch", [1, 64])
-def test_towers_overlap_on_two_streams(batch):
-    model = load(SAMPLES / "towers_tf2")
-    view = GraphView(model.graph_def)
-    cm = CostModel(view, model, target="v100", batch_size=batch)
+def test_towers_overlap_on_two_streams(batch, sample_cost):
+    model, view, cm = sample_cost("towers_tf2", target="v100", batch_size=batch)
     r = simulate(view, tower_partition(cm), 2, cm)
     rep = r.report()
     assert rep["makespan_ms"] >= rep["lower_bound_ms"] * (1 - 1e-9)
@@ -278,10 +276,8 @@ def test_towers_overlap_on_two_streams(batch):
     ],
 )
 @pytest.mark.parametrize("streams", [1, 3])
-def test_every_sample_simulates_within_its_bounds(name, streams):
-    model = load(SAMPLES / name)
-    view = GraphView(model.graph_def)
-    cm = CostModel(view, model, target="a100", batch_size=8)
+def test_every_sample_simulates_within_its_bounds(name, streams, sample_cost):
+    model, view, cm = sample_cost(name, target="a100", batch_size=8)
     assert len(cm) > 0 and sum(cm.kernel) > 0
     spread = {k: i % streams for i, k in enumerate(cm.tasks.key)}  # the worst case: round robin over all ops
     for partition in ({}, spread):
@@ -297,10 +293,8 @@ def test_every_sample_simulates_within_its_bounds(name, streams):
     assert simulate(view, {}, streams, cm).makespan_us == pytest.approx(cm.single_stream_us())
 
 
-def test_timeline_is_chrome_trace_with_a_track_per_stream_and_flows():
-    model = load(SAMPLES / "towers_tf2")
-    view = GraphView(model.graph_def)
-    cm = CostModel(view, model, target="v100", batch_size=8)
+def test_timeline_is_chrome_trace_with_a_track_per_stream_and_flows(sample_cost):
+    model, view, cm = sample_cost("towers_tf2", target="v100", batch_size=8)
     r = simulate(view, tower_partition(cm), 2, cm)
     trace = json.loads(json.dumps(chrome_trace(r)))
     events = trace["traceEvents"]

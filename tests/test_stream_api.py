@@ -8,6 +8,8 @@ import sys
 import pytest
 from conftest import ROOT, run_msopt
 
+pytestmark = pytest.mark.tf
+
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
 

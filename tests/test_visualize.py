@@ -15,6 +15,8 @@ from msopt import visualize as draw
 from msopt.graph import GraphView
 from msopt.load import load
 
+pytestmark = pytest.mark.tf
+
 SVG = "{http://www.w3.org/2000/svg}"
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz 'dot' is not installed")
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None)
@@ -163,6 +165,7 @@ def test_a_scope_over_several_streams_shows_its_shares(tmp_path):
 
 
 @needs_dot
+@pytest.mark.slow
 def test_nasnet_folds_into_a_readable_picture(tmp_path, nasnet_mobile):
     out = tmp_path / "nasnet.svg"
     result = run_msopt("visualize", nasnet_mobile, "--policy", "chains", "--streams", "4", "-o", out, "--json")

@@ -10,6 +10,8 @@ import pytest
 from conftest import keras_application, run_msopt, transformer_encoder
 from zoo_models import zoo_model
 
+pytestmark = [pytest.mark.tf, pytest.mark.slow]  # real architectures, built once (minutes)
+
 # model -> the policies tested on it: embedding where there are embeddings, stage where strings are parsed
 # upstream of the model, chains (a real multi-stream plan) everywhere but where embedding already splits the
 # model, and auto (which keeps these small models on one stream) on two of them, to bound the time.

@@ -1,6 +1,9 @@
 """The command-line options the commands share, each declared once (help text, type, default)."""
 
+from typing import Callable, Optional
+
 import click
+from click.decorators import FC
 
 from msopt.rules import policy_help
 
@@ -57,17 +60,19 @@ TIMELINE = click.option(
 )
 
 
-def streams(default=4, help="Number of streams."):
+def streams(default: Optional[int] = 4, help: str = "Number of streams.") -> Callable[[FC], FC]:
     return click.option(
         "--streams", "-n", type=click.IntRange(1, 1024), default=default, show_default=default is not None, help=help
     )
 
 
-def policy(help="Partition rule (see `msopt partition --help`). Default: auto when available, else none."):
+def policy(
+    help: str = "Partition rule (see `msopt partition --help`). Default: auto when available, else none.",
+) -> Callable[[FC], FC]:
     return click.option("--policy", default=None, help=help)
 
 
-def rules(must_exist=False):
+def rules(must_exist: bool = False) -> Callable[[FC], FC]:
     return click.option(
         "--rules",
         type=click.Path(exists=must_exist, dir_okay=False),
@@ -76,6 +81,6 @@ def rules(must_exist=False):
     )
 
 
-def policies_block():
+def policies_block() -> str:
     """The `Policies:` block of a help text, generated from the policy registry."""
     return "\b\nPolicies:\n" + policy_help()

@@ -54,7 +54,8 @@ def simulate(
     discrete-event simulation: one in-order queue per stream, cross-stream syncs and
     device-to-device copies, kernels sharing the GPU's SMs, and host launch overhead.
     Reports makespan_ms, single_stream_ms, speedup, lower_bound_ms (the largest of the
-    critical path, the total work at full GPU and the host's launch time), ratio_to_bound,
+    critical path, the total work at full GPU, the host's launch time, the kernels' time
+    over N serial streams and the cut at a critical op), ratio_to_bound,
     syncs, copies, copy_bytes and stream_busy_ms, each figure with its range over the host
     assumptions (speedup_range, makespan_ms_range) and robust (at least as fast as one stream
     under every one). Writes no model.

@@ -159,7 +159,13 @@ def _first_reaching(before, start, target):
 
 
 def _member_order(n, succ, first):
-    """Members in data-flow order, ties broken by first op; members on cycles last, by first op."""
+    """Members in data-flow order, ties broken by first op; members on cycles last, by first op.
+
+    Not ``msopt.order.topological_order``: that sort serves ready vertices first come first served (as
+    TensorFlow's executor does) and releases a cycle's earliest vertex in place, while stages must take the
+    ready member holding the earliest op each time (a priority queue) and put scopes that feed each other
+    last, so that the picture reads in the ops' order. order.py has no priority-ordered sort to call.
+    """
     indegree = [0] * n
     for m in range(n):
         for d in succ[m]:
