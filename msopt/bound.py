@@ -1,4 +1,4 @@
-"""Lower bounds on a plan's makespan: the basic bound (critical path, total work, host), and those that depend on its stream count."""
+"""Lower bounds on a plan's makespan: critical path, total work and host; and those that depend on its stream count.
 
 The simulator (msopt.simulate) runs each stream's kernels one after another, each for at least its
 standalone time (sharing the GPU only slows a kernel down), and starts a kernel only after every
