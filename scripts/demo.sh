@@ -21,7 +21,9 @@ sim, check = doc["simulated"], doc["verify"]
 used = sum(1 for n in doc["nodes_per_stream"] if n)
 print(f"\nSimulated on {sim['target']} at batch size {sim['batch_size']} (msopt's cost model, not a measurement):")
 print(f"  {'before: one stream':<28}{sim['single_stream_ms']:.3f} ms")
-print(f"  {f'after:  the plan, {used} streams':<28}{sim['makespan_ms']:.3f} ms  ({sim['speedup']:.2f}x faster)")
+lo, hi = sim["speedup_range"]
+print(f"  {f'after:  the plan, {used} streams':<28}{sim['makespan_ms']:.3f} ms  ({sim['speedup']:.2f}x faster; "
+      f"{lo:.2f}x-{hi:.2f}x over the host assumptions)")
 print(f"Picture of the plan: {sys.argv[2]}")
 state = "bitwise identical" if check["ok"] else "DIFFERENT"
 print(f"Verified in TensorFlow on the CPU: outputs {state} to the original's "
