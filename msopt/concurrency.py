@@ -26,6 +26,7 @@ from msopt.simulate import _run, streams_of
 CONCURRENCIES = (1, 2, 4, 8, 16, 32)  # the table's columns
 REQUESTS_PER_SLOT = 4  # R = this x concurrency requests per simulated load
 TOLERANCE = 1e-9  # a plan as fast as the baseline at a corner counts as robust there
+CLOSE = 0.01  # candidates within 1 % of the best robust throughput count as equal: the fewest lanes x streams wins
 
 
 class _Copies:
@@ -178,7 +179,8 @@ def recommend(cost_model, plans, concurrency, lanes):
     candidate (1..``lanes`` lanes x each plan) is simulated at the point estimate and at every corner of the
     host box (msopt.uncertainty); the baseline is one lane of one stream. A candidate is robust when its
     throughput is at least the baseline's at every corner; the recommendation is the robust candidate with
-    the most throughput at the point estimate, ties going to fewer lanes x streams, then fewer lanes."""
+    the most throughput at the point estimate, candidates within CLOSE of it counting as ties, which go to
+    fewer lanes x streams, then fewer lanes."""
     from msopt.uncertainty import corner_models
 
     corners = corner_models(cost_model)
@@ -201,8 +203,10 @@ def recommend(cost_model, plans, concurrency, lanes):
     order = sorted(
         rows, key=lambda r: (-r["figures"]["requests_per_s"], r["lanes"] * r["streams_per_lane"], r["lanes"])
     )
-    chosen = next(r for r in order if r["robust"])
-    passed = order[0] if order[0] is not chosen else None
+    top = next(r for r in order if r["robust"])["figures"]["requests_per_s"]
+    close = [r for r in order if r["robust"] and r["figures"]["requests_per_s"] >= top * (1 - CLOSE)]
+    chosen = min(close, key=lambda r: (r["lanes"] * r["streams_per_lane"], r["lanes"]))
+    passed = order[0] if not order[0]["robust"] else None
     document = {
         "lanes": chosen["lanes"],
         "streams_per_lane": chosen["streams_per_lane"],
@@ -274,10 +278,13 @@ def report(cost_model, partition, streams, concurrency, lanes, progress=None):
 
 
 def describe(figures, batch_size):
-    """`4,880 requests/s (312,000 records/s at batch 64)`."""
-    return (
-        f"{figures['requests_per_s']:,.6g} requests/s ({figures['records_per_s']:,.6g} records/s at batch {batch_size})"
-    )
+    """`4,880 requests/s (312,320 records/s at batch 64)`."""
+    return f"{rate(figures['requests_per_s'])} requests/s ({rate(figures['records_per_s'])} records/s at batch {batch_size})"
 
 
-__all__ = ["CONCURRENCIES", "Requests", "describe", "load", "recommend", "report", "table"]
+def rate(value):
+    """A throughput for people: `21,773`, `12.5`."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+__all__ = ["CONCURRENCIES", "Requests", "describe", "load", "rate", "recommend", "report", "table"]

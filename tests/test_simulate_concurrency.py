@@ -92,9 +92,10 @@ def brute_force(cost, plans, c, lanes):
         rows[(k, n)] = [per_s(cost, plan, n, c, k)] + [per_s(cm, plan, n, c, k) for cm in corners]
     base = rows[(1, 1)]
     robust = [key for key, row in rows.items() if all(x >= b * (1 - 1e-9) for x, b in zip(row, base))]
-    best = max(robust, key=lambda key: (rows[key][0], -key[0] * key[1], -key[0]))
+    top = max(rows[key][0] for key in robust)
+    best = min((key for key in robust if rows[key][0] >= 0.99 * top), key=lambda key: (key[0] * key[1], key[0]))
     point_best = max(rows, key=lambda key: (rows[key][0], -key[0] * key[1], -key[0]))
-    return best, point_best
+    return best, point_best in robust
 
 
 @pytest.mark.parametrize("kernel_us", [0.5, 8.0, 120.0, 170.0, 400.0])
@@ -102,11 +103,11 @@ def brute_force(cost, plans, c, lanes):
 def test_the_recommendation_is_the_robust_optimum(kernel_us, c):
     v, cost = fork_join(kernel_us)
     plans = {1: {}, 2: {"b1": 1}}
-    best, point_best = brute_force(cost, plans, c, 2)
+    best, point_best_robust = brute_force(cost, plans, c, 2)
     chosen = concurrency.recommend(cost, plans, c, 2)
     assert (chosen["lanes"], chosen["streams_per_lane"]) == best
     assert chosen["robust"] and min(chosen["gain_range"]) >= 1 - 1e-9
-    assert bool(chosen["note"]) == (point_best != best)
+    assert bool(chosen["note"]) == (not point_best_robust)
 
 
 def test_a_point_winner_slower_than_one_lane_at_some_corner_is_passed_over():

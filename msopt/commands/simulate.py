@@ -5,6 +5,7 @@ import click
 from msopt.commands import options as opt
 from msopt.commands.echo import print_json, progress
 from msopt.concurrency import describe as describe_load
+from msopt.concurrency import rate
 from msopt.uncertainty import describe
 
 
@@ -145,7 +146,7 @@ def format_load(load):
     latency = ", ".join(f"{q} {load[q + '_ms']:.4g} ms" for q in ("p50", "p95", "p99"))
     lines = [
         f"  load (simulated): concurrency {load['concurrency']} on {load['lanes']} lane(s) x "
-        f"{load['streams_per_lane']} stream(s): {describe_load(load, batch)}, {lo:,.6g}-{hi:,.6g} requests/s "
+        f"{load['streams_per_lane']} stream(s): {describe_load(load, batch)}, {rate(lo)}-{rate(hi)} requests/s "
         f"over the host assumptions; latency {latency}",
         "  requests/s against concurrency (simulated):",
     ]
@@ -159,7 +160,7 @@ def format_load(load):
     glo, ghi = best["gain_range"]
     lines.append(
         f"  recommendation at concurrency {best['concurrency']}: {best['lanes']} lane(s) x "
-        f"{best['streams_per_lane']} stream(s), {best['requests_per_s']:,.6g} requests/s ({lo:,.6g}-{hi:,.6g}), "
+        f"{best['streams_per_lane']} stream(s), {rate(best['requests_per_s'])} requests/s ({rate(lo)}-{rate(hi)}), "
         f"{best['gain']:.3g}x one lane of one stream ({glo:.3g}x-{ghi:.3g}x over the host assumptions)"
     )
     if best["note"]:
