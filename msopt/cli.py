@@ -16,6 +16,7 @@ COMMANDS = {
     "simulate": ("msopt.commands.simulate:simulate",),
     "visualize": ("msopt.commands.visualize:visualize",),
     "run": ("msopt.commands.run:run",),
+    "tune": ("msopt.commands.tune:tune",),
 }
 
 
