@@ -248,3 +248,22 @@ def test_plans_do_not_depend_on_the_process_hash_seed():
         for seed in ("1", "2", "3")
     }
     assert len(digests) == 1
+
+
+def test_minimum_chains_plans_every_op_within_the_streams():
+    from msopt.rules.chains import minimum_chains
+
+    v = random_layered(2000, seed=3)
+    p = minimum_chains(v, RuleOptions(streams=3))
+    assert set(p) == set(plan(v, 3)) and set(p.values()) <= {0, 1, 2}
+    assert len(set(p.values())) == 3
+
+
+def test_the_flat_dag_is_built_once_per_view_and_constraints_match_a_fresh_view():
+    from msopt.constraints import apply
+
+    v = random_layered(500, seed=4)
+    assert flatten(v) is flatten(v)
+    p = plan(v, 4)
+    fresh = random_layered(500, seed=4)
+    assert apply(v, p, 4) == apply(v, p, 4) == apply(fresh, p, 4)
