@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Install what msopt needs on a fresh Debian/Ubuntu machine: graphviz (and chromium for the
-# HTML report's browser test), then msopt with TensorFlow (CPU) and the test tools.
+# Install what msopt needs on a fresh Debian/Ubuntu machine: graphviz and Open MPI (openmpi-bin, with
+# libopenmpi-dev to build mpi4py; for run --launcher mpirun), chromium for the HTML report's browser
+# test, then msopt with TensorFlow (CPU) and the test tools.
 # Idempotent; uses sudo for apt when not root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_browser=${MSOPT_WITH_BROWSER:-1}
-packages=(graphviz)
+packages=(graphviz openmpi-bin libopenmpi-dev)
 [ "$want_browser" = 1 ] && packages+=(chromium)
 
 missing=()

@@ -76,6 +76,13 @@ Example:
 @opt.COSTS
 @opt.rules()
 @opt.OVERRIDE
+@click.option(
+    "--lanes",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="Write a K-lane SavedModel instead: serving_default sends call i to lane i mod K (a Case branch pinned "
+    "to /device:<--device-type>:k), with TF Serving's platform config beside it. Loads TensorFlow.",
+)
 @click.option("--no-const-dup", is_flag=True, help="Do not copy Const nodes into each stream that consumes them.")
 @opt.BOUNDARY
 @opt.TAGS
@@ -98,11 +105,32 @@ def partition(
     rules,
     override,
     no_const_dup,
+    lanes,
     boundary,
     tags,
     as_json,
 ):
     from msopt import api
+
+    if lanes is not None:
+        from msopt.load import load
+
+        if verify:
+            from msopt.errors import InputError
+
+            raise InputError("--lanes writes its own model: check it with msopt run --compare-to, not --verify")
+        from msopt.lanes_model import write_lanes_model
+
+        loaded = load(model, tags)
+        document = write_lanes_model(
+            loaded, lanes, output or f"{str(model).rstrip('/')}_lanes{lanes}", device_type, force
+        )
+        if as_json:
+            print_json(document)
+        else:
+            click.echo(f"wrote {document['output']}: {lanes} lanes on {', '.join(document['devices'])}")
+            click.echo(f"  TF Serving platform config: {document['platform_config']}; Triton: {document['triton']}")
+        return
 
     try:
         document = api.partition(

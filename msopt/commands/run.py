@@ -121,6 +121,41 @@ from msopt.errors import CheckFailed
     show_default=True,
     help="Worker processes running the model at once; throughput and latency are aggregated.",
 )
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(1, 1024),
+    default=1,
+    show_default=True,
+    help="Client threads keeping requests in flight (1 without --lanes: one request at a time, as before).",
+)
+@click.option(
+    "--lanes",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="Request-level lanes: request i runs on lane i mod K, each lane on its own virtual GPU (logical CPU "
+    "device on the CPU), times --streams devices per lane. Default with --concurrency above 1: one lane.",
+)
+@click.option(
+    "--lane-weights",
+    type=click.Choice(["shared", "copy"]),
+    default=None,
+    help="shared: one loaded TF2 object, each lane calls it under its device scope (variable reads stay on the "
+    "variable's device); copy: each lane loads its own weights on its devices. Default: shared where possible.",
+)
+@click.option(
+    "--launcher",
+    type=click.Choice(["local", "mpirun"]),
+    default="local",
+    show_default=True,
+    help="How --replicas start: local worker processes, or Open MPI's mpirun (one rank per replica, one GPU "
+    "per local rank, MPI barrier and gather; needs openmpi-bin and mpi4py).",
+)
+@click.option(
+    "--hosts",
+    default=None,
+    help="With --launcher mpirun: host:slots,... passed to mpirun -H (model and msopt at the same paths on each).",
+)
 @click.option("--stage", is_flag=True, help="Pipeline the model: the part above the boundary runs ahead in threads.")
 @click.option(
     "--stage-boundary",
@@ -183,6 +218,11 @@ def run(
     mps,
     mps_threads,
     replicas,
+    concurrency,
+    lanes,
+    lane_weights,
+    launcher,
+    hosts,
     stage,
     stage_boundary,
     stage_threads,
@@ -206,11 +246,16 @@ def run(
     (steps and records per second), the device configuration and, with the options that
     ask for them, compare, trace, profile, stage and per_replica figures.
 
+    With --concurrency C and --lanes K, C client threads keep requests in flight over K lanes;
+    the report adds requests_per_lane, the weights' memory and executed.lane_to_device.
+
     \b
     Example:
       msopt partition sample_models/towers_tf1 -n 2 --policy towers -o /tmp/towers_ms2
       msopt run /tmp/towers_ms2 --device cpu --iterations 50 \\
           --compare-to sample_models/towers_tf1 --trace /tmp/towers.trace.json --json
+      msopt run sample_models/deepfm_tf2 --device cpu --concurrency 8 --lanes 4 \\
+          --compare-to sample_models/deepfm_tf2 --json
     """
     from msopt.runner.config import RunConfig
     from msopt.runner.run import run_model
@@ -221,6 +266,8 @@ def run(
         params = click.get_current_context().params
         config = RunConfig(**{k: v for k, v in params.items() if k not in ("as_json", "worker_config")})
     document = run_model(config, progress)
+    if document is None:  # an MPI rank other than 0: rank 0 reports for every rank
+        return
     if as_json:
         print_json(document)
     else:
@@ -241,6 +288,17 @@ def _text(doc):
             f"over {doc['steps']} steps (batch {doc['batch_size']})"
         )
         lines.append(f"  throughput: {thr['steps_per_s']} steps/s, {thr['records_per_s']} records/s")
+    if doc.get("lanes"):
+        lines.append(
+            f"  {doc['lanes']} lane(s), concurrency {doc['concurrency']}, weights {doc['weights']['mode']} "
+            f"({doc['weights']['bytes_total']} bytes); requests per lane: "
+            + ", ".join(f"{k}: {n}" for k, n in doc["requests_per_lane"].items())
+        )
+        for lane, placed in doc["executed"]["lane_to_device"].items():
+            lines.append(
+                f"  lane {lane}: ops on {', '.join(sorted(placed['ops']))}; variable reads on "
+                f"{', '.join(sorted(placed['variable_reads'])) or '-'}"
+            )
     if doc.get("compare"):
         c = doc["compare"]
         lines.append(

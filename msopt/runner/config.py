@@ -11,7 +11,7 @@ from msopt.errors import InputError
 PATH_FIELDS = ("inputs_npz", "save_outputs", "compare_to", "trace_path", "profile_path")
 # Only the parent acts on these: a worker runs one replica, inherits CUDA_VISIBLE_DEVICES (by UUID under
 # MPS) and the MPS environment, and is told its place in the run on its command line.
-PARENT_ONLY = {"mps": False, "mps_threads": None, "replicas": 1, "gpus": None}
+PARENT_ONLY = {"mps": False, "mps_threads": None, "replicas": 1, "gpus": None, "launcher": "local", "hosts": None}
 WORKER_FIELDS = ("worker_barrier", "worker_replicas")
 
 
@@ -48,8 +48,18 @@ class RunConfig:
     intra_op_threads: int = 0
     inter_op_threads: int = 0
     tags: Optional[str] = None
+    concurrency: int = 1  # client threads keeping requests in flight
+    lanes: Optional[int] = None  # request-level lanes, each on its own device(s); None: no lanes
+    lane_weights: Optional[str] = None  # "shared" or "copy"; None: shared where TensorFlow allows
+    launcher: str = "local"  # how replicas start: "local" (msopt's own workers) or "mpirun"
+    hosts: Optional[str] = None  # --launcher mpirun: host:slots,... for mpirun -H
     worker_barrier: Optional[str] = None  # set in a replica worker: the directory its start barrier lives in
     worker_replicas: int = 1  # in a replica worker: the processes sharing each GPU
+
+    @property
+    def uses_lanes(self):
+        """True when requests run over lanes from client threads (--lanes, or --concurrency above 1)."""
+        return self.lanes is not None or self.concurrency > 1
 
     @property
     def one_process_only(self):

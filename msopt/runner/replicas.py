@@ -97,6 +97,10 @@ def _watch_parent(parent):
 
 def wait_for_start(barrier):
     """In a worker: announce readiness in ``barrier`` and wait until the parent says go."""
+    from msopt.runner.mpi_launcher import is_rank, wait_for_start_rank
+
+    if is_rank():
+        return wait_for_start_rank(barrier)
     barrier = Path(barrier)
     (barrier / f"ready-{os.getpid()}").touch()
     go = barrier / "go"
@@ -121,6 +125,16 @@ def run_replicated(config, loaded, progress):
         if config.inputs_npz:
             read_npz(config.inputs_npz, specs[name]["inputs"])
     worker = config.for_worker()
+    if config.launcher == "mpirun":
+        from msopt.runner.mpi_launcher import run_ranks
+
+        progress(f"starting {config.replicas} replicas with mpirun")
+        with _stop_signals_exit():
+            reports, launcher = run_ranks(worker, config.replicas, config.hosts)
+        document = {**aggregate(reports), "launcher": launcher, "mps": None}
+        for replica, report in zip(document["per_replica"], reports):
+            replica.update({k: report.get(k) for k in ("mpi_rank", "host", "cuda_visible_devices")})
+        return document
     if not config.mps:
         progress(f"starting {config.replicas} replicas")
         return {**run_replicas(worker, config.replicas), "mps": None}

@@ -14,10 +14,26 @@ from msopt.runner.tensorflow_runtime import error_line
 def run_model(config, progress=lambda message: None):
     """Run and measure ``config``'s model; ``progress(message)`` hears what is going on. Returns the report."""
     started = time.perf_counter()
-    if config.worker_barrier:
+    from msopt.runner.mpi_launcher import is_rank
+
+    rank = bool(config.worker_barrier) and is_rank()
+    if rank:  # started by mpirun: its GPU from its local rank; mpirun ends it when the run ends
+        from msopt.runner.mpi_launcher import serve_as_rank
+
+        config = serve_as_rank(config)
+    elif config.worker_barrier:
         from msopt.runner.replicas import serve_as_worker
 
         serve_as_worker(config.worker_barrier)
+    if config.hosts and config.launcher != "mpirun":
+        raise InputError("--hosts applies with --launcher mpirun")
+    if config.launcher == "mpirun":
+        from msopt.runner.mpi_launcher import check_open_mpi, parse_hosts
+
+        if config.mps:
+            raise InputError("--launcher mpirun does not combine with --mps yet")
+        parse_hosts(config.hosts)
+        check_open_mpi()
     set_visible_gpus(config.gpus)
     if config.allow_growth:
         request_allow_growth()  # before TensorFlow creates its allocators, in this process and the replicas
@@ -29,7 +45,18 @@ def run_model(config, progress=lambda message: None):
     priorities = parse_priorities(config.stream_priority, streams)
     if config.mps_threads is not None and not config.mps:
         raise InputError("--mps-threads applies with --mps")
-    if config.mps or config.replicas > 1:
+    if config.uses_lanes:
+        refused = {"--trace": config.trace_path, "--profile": config.profile_path, "--stage": config.stage}
+        refused["--save-outputs"] = config.save_outputs
+        for flag, value in refused.items():
+            if value:
+                raise InputError(f"{flag} does not combine with --lanes/--concurrency yet")
+        if config.mps or config.replicas > 1:
+            raise InputError("--lanes/--concurrency run in one process: drop --replicas/--mps to use them")
+        from msopt.runner.lanes_load import run_with_lanes
+
+        document = run_with_lanes(config.with_absolute_paths(), loaded, view, streams, priorities, progress)
+    elif config.mps or config.replicas > 1 or config.launcher == "mpirun":
         for flag, value in config.one_process_only:
             if value:
                 raise InputError(f"{flag} runs in one process: drop --replicas/--mps to use it")
@@ -39,6 +66,10 @@ def run_model(config, progress=lambda message: None):
     else:
         document = run_here(config.with_absolute_paths(), loaded, view, streams, priorities, progress)
     document["elapsed_s"] = round(time.perf_counter() - started, 3)
+    if rank:
+        from msopt.runner.mpi_launcher import gather_reports
+
+        return gather_reports(document)  # rank 0: every rank's report; the others: None
     return document
 
 
