@@ -110,7 +110,7 @@ def _pick(row):
 
 def print_table(rows):
     print(
-        f"simulated; best auto plan over 2/4/8 streams; target: published ratio in range, point within +-{TOLERANCE:.0%}"
+        f"simulated; best auto plan over 2, 4 and 8 streams (--quick: 4); request-level rows: lanes; target: published ratio in range, point within +-{TOLERANCE:.0%}"
     )
     print(
         f"{'figure':22} {'model':13} {'target':6} {'batch':>5} {'pub':>6} {'1-str ms':>8} {'sim':>6} "
@@ -124,7 +124,7 @@ def print_table(rows):
         print(
             f"{r['key']:22} {r['model']:13} {r['target']:6} {r['batch_size']:5} {r['published_ratio']:6.3f} "
             f"{r['single_stream_ms']:8.3f} {r['speedup']:6.3f} {lo:6.3f}-{hi:6.3f} {r['gap']:+7.1%} "
-            f"{r['streams']:3}  {r['status']}"
+            f"{str(r['streams']):>3}  {r['status']}"
         )
 
 

@@ -22,6 +22,8 @@ class Figure:
     level: str = "query"  # "query": one query's latency; "request": several queries in flight (throughput)
     merge_copy_streams: bool = False
     quick: bool = False  # part of --quick
+    concurrency: int = 8  # request-level: queries in flight (assumption: the sources do not say)
+    lanes: int = 4  # request-level: stream groups, one compute stream each (assumption)
     note: str = ""
 
 
@@ -98,7 +100,7 @@ FIGURES = [
         batch_size=256,
         level="request",
         quick=True,
-        note="request-level (concurrent queries on stream groups); GPU, batch and model size assumed",
+        note="request-level: simulated as 8 queries in flight over 1-4 lanes (stream groups) against one lane; GPU, batch, concurrency, group count and model size assumed",
     ),
     Figure(
         "nvidia-merged-copies",
@@ -110,7 +112,7 @@ FIGURES = [
         batch_size=256,
         level="request",
         merge_copy_streams=True,
-        note="request-level; simulated with merge_copy_streams",
+        note="request-level, as above, with merge_copy_streams; the gain of merging comes from host-device copies of inputs and outputs, which the concurrency simulation does not model",
     ),
     Figure(
         "streamrec-latency",
@@ -133,6 +135,6 @@ FIGURES = [
         target="a100",
         batch_size=256,
         level="request",
-        note="request-level",
+        note="request-level, as NVIDIA's",
     ),
 ]
