@@ -109,6 +109,7 @@ def _request_level(row, figure, cm):
         streams=f"{best['lanes']}x{best['streams_per_lane']}",
         requests_per_s=best["requests_per_s"],
         requests_per_s_range=best["requests_per_s_range"],
+        gain_by_lanes={c["lanes"]: [c["gain"], c["gain_range"]] for c in best["candidates"]},
         speedup=round(point, 3),
         speedup_range=[lo, hi],
         robust=best["robust"],
