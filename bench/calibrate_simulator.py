@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from calibration.figures import FIGURES  # noqa: E402
 from calibration.method import TOLERANCE, calibrate  # noqa: E402
 
-from msopt import cost  # noqa: E402
+from msopt import kernels  # noqa: E402
 from msopt.cost import CostModel  # noqa: E402
 from msopt.graph import GraphView  # noqa: E402
 from msopt.simulate import simulate  # noqa: E402
@@ -90,17 +90,17 @@ def scale(nodes):
 
 def sweep(figures, streams):
     """The IOS rows' point speedups as GEMM_OUTPUTS_PER_THREAD varies."""
-    fitted = cost.GEMM_OUTPUTS_PER_THREAD
+    fitted = kernels.GEMM_OUTPUTS_PER_THREAD
     rows = []
     try:
         for value in (0.5, 1.0, fitted, 2.0, 4.0):
-            cost.GEMM_OUTPUTS_PER_THREAD = value
+            kernels.GEMM_OUTPUTS_PER_THREAD = value
             for figure in figures:
                 if figure.source.startswith("IOS") and figure.ratio is not None and figure.batch_size == 1:
                     row = calibrate(figure, streams)
                     rows.append({"gemm_outputs_per_thread": value, "key": figure.key, **_pick(row)})
     finally:
-        cost.GEMM_OUTPUTS_PER_THREAD = fitted
+        kernels.GEMM_OUTPUTS_PER_THREAD = fitted
     return rows
 
 
@@ -144,7 +144,7 @@ def main():
     rows = [calibrate(f, streams) for f in figures]
     document = {
         "simulated": True,
-        "gemm_outputs_per_thread": cost.GEMM_OUTPUTS_PER_THREAD,
+        "gemm_outputs_per_thread": kernels.GEMM_OUTPUTS_PER_THREAD,
         "tolerance": TOLERANCE,
         "streams": list(streams),
         "figures": rows,
