@@ -2,6 +2,7 @@
 
 import click
 
+from msopt.commands import options as opt
 from msopt.commands.echo import print_json, progress
 from msopt.commands.options import JSON, MODEL, TAGS
 from msopt.errors import CheckFailed
@@ -121,20 +122,12 @@ from msopt.errors import CheckFailed
     show_default=True,
     help="Worker processes running the model at once; throughput and latency are aggregated.",
 )
-@click.option(
-    "--concurrency",
-    "-c",
-    type=click.IntRange(1, 1024),
-    default=1,
-    show_default=True,
-    help="Client threads keeping requests in flight (1 without --lanes: one request at a time, as before).",
+@opt.concurrency(
+    "Client threads keeping requests in flight (1 without --lanes: one request at a time, as before).", default=1
 )
-@click.option(
-    "--lanes",
-    type=click.IntRange(1, 256),
-    default=None,
-    help="Request-level lanes: request i runs on lane i mod K, each lane on its own virtual GPU (logical CPU "
-    "device on the CPU), times --streams devices per lane. Default with --concurrency above 1: one lane.",
+@opt.lanes(
+    "Request-level lanes: request i runs on lane i mod K, each lane on its own virtual GPU (logical CPU "
+    "device on the CPU), times --streams devices per lane. Default with --concurrency above 1: one lane."
 )
 @click.option(
     "--lane-weights",
