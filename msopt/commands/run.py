@@ -149,6 +149,13 @@ from msopt.errors import CheckFailed
     default=None,
     help="With --launcher mpirun: host:slots,... passed to mpirun -H (model and msopt at the same paths on each).",
 )
+@click.option(
+    "--compare-layouts",
+    is_flag=True,
+    help="Run --replicas R processes (with --mps on a GPU), then --lanes K lanes in one process fed by R client "
+    "threads, and report both side by side: records/s, latency, memory, and which gave more throughput for "
+    "less memory. Example: msopt run MODEL --compare-layouts --replicas 2 --lanes 2 --device cpu --json",
+)
 @click.option("--stage", is_flag=True, help="Pipeline the model: the part above the boundary runs ahead in threads.")
 @click.option(
     "--stage-boundary",
@@ -222,6 +229,7 @@ def run(
     lane_weights,
     launcher,
     hosts,
+    compare_layouts,
     stage,
     stage_boundary,
     stage_threads,
@@ -256,6 +264,7 @@ def run(
           --compare-to sample_models/towers_tf1 --trace /tmp/towers.trace.json --json
       msopt run sample_models/deepfm_tf2 --device cpu --concurrency 8 --lanes 4 \\
           --compare-to sample_models/deepfm_tf2 --json
+      msopt run sample_models/deepfm_tf2 --device cpu --compare-layouts --replicas 2 --lanes 2 --json
     """
     from msopt.runner.config import RunConfig
     from msopt.runner.run import run_model
@@ -270,6 +279,10 @@ def run(
         return
     if as_json:
         print_json(document)
+    elif compare_layouts:
+        from msopt.runner.layouts import text
+
+        click.echo(text(document))
     else:
         click.echo(_text(document))
     if document.get("compare") and not document["compare"]["ok"]:
