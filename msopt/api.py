@@ -166,7 +166,8 @@ def partition(
         "output": written and out,
         "elapsed_s": verified.pop("elapsed_s", round(time.perf_counter() - started, 3)),
     }
-    document["simulated"] = simulated_figures(view, result.partition, streams, cost_model, run_simulation)
+    sim_view, sim_plan, _, sim_cost = _as_written(view, result, cost_model, options, out, tags, written)
+    document["simulated"] = simulated_figures(sim_view, sim_plan, streams, sim_cost, run_simulation)
     document.update(verified)
     if report:
         _write_json(report, document)
@@ -262,6 +263,21 @@ def simulate(
         _write_json(path, chrome_trace(result))
         document["timeline"] = path
     return document
+
+
+def _as_written(view, result, cost_model, options, out, tags, written):
+    """The view, plan, streams and cost model to simulate: the written model's when constants were copied into
+    streams (each stream then handles its own copy, which the host model times), else the plan's own."""
+    if not (written and result.const_copies):
+        return view, result.partition, options.streams, cost_model
+    from dataclasses import replace
+
+    from msopt.load import open_model
+
+    loaded_out, view_out = open_model(out, tags)
+    cost_out = build_cost_model(view_out, loaded_out, options.cost)
+    planned = make_plan(view_out, replace(options, policy="none"), loaded_out, cost_out)
+    return view_out, planned.partition, options.streams, cost_out
 
 
 def simulated_figures(view, partition, streams, cost_model, run_simulation) -> dict[str, Any]:

@@ -615,7 +615,15 @@ def test_tolerance_accepts_the_difference_and_says_so(split_add_tree):
         "functions": {},
         "constraint_merges": [],
         "const_copies": {},
-        "simulated": {"target": "h100", "makespan_ms": 1, "single_stream_ms": 1, "speedup": 1, "ratio_to_bound": 1},
+        "simulated": {
+            "target": "h100",
+            "makespan_ms": 1,
+            "single_stream_ms": 1,
+            "speedup": 1,
+            "ratio_to_bound": 1,
+            "speedup_range": [1, 1],
+            "robust": True,
+        },
         "verify": report,
     }
     text = _partition_text(doc)
