@@ -61,5 +61,9 @@ class TuneConfig:
         return self.costs_output or f"{str(self.output).rstrip('/')}.costs.json"
 
     @property
+    def host_profile_path(self):
+        return f"{str(self.output).rstrip('/')}.host_profile.json"
+
+    @property
     def report_path(self):
         return self.report or f"{str(self.output).rstrip('/')}.tune.json"

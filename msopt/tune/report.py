@@ -84,11 +84,21 @@ def text(doc):
         )
         for difference in row.get("differences", [])[:1]:
             lines.append(f"      {difference['node'] + ': ' if difference['node'] else ''}{difference['why']}")
+    fit = doc.get("host_fit")
+    if fit:
+        values = ", ".join(f"{k} {v:g}" for k, v in fit["fitted"].items())
+        lines.append(
+            f"  host model fitted to {fit['points']} measured plan(s): {values} (launch_threads {fit['launch_threads']});"
+            f" residual {fit['residual_rms_log']:g} (rms log); simulator error {fit['error_before']:.1%} before, "
+            f"{fit['error_after']:.1%} after"
+        )
     if doc["not_measured"]:
         lines.append(f"  not measured: {len(doc['not_measured'])} plan(s) (see not_measured in --json)")
     lines.append(f"  chosen: {doc['chosen']}: {doc['why']}")
     if doc["output"]:
         lines.append(f"  wrote {doc['output']}, costs {doc['costs']}, report {doc.get('report')}")
+        if doc.get("host_profile"):
+            lines.append(f"  host profile {doc['host_profile']} (msopt simulate/partition --host-profile)")
         lines.append(f"  deploy with {doc['deploy']['session_config']}, or: {doc['deploy']['run']}")
     else:
         lines.append("  wrote nothing")

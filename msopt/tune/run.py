@@ -29,7 +29,7 @@ def tune(config, progress=lambda message: None, bar=None):
     deadline = started + config.budget if config.budget is not None else None
     model, view = open_model(config.model, config.tags)
     emit.check_output(model, config.output, config.force)
-    for path in (config.costs_path, config.report_path):
+    for path in (config.costs_path, config.report_path, config.host_profile_path):
         check_parent(path)
         if os.path.exists(path) and not config.force:
             raise InputError(f"{path}: output already exists (use --force to replace it)")
@@ -154,9 +154,28 @@ def _tune(config, model, view, work, stack, started, deadline, progress, bar):
     }
     doc["elapsed_s"] = round(time.perf_counter() - started, 3)
     placement = base.layout if base.device_type == "gpu" and base.layout is not None else base.device_type
+    profile_doc = _fit(view, cost_model, candidates, rows, base.device_type, doc, progress)
     progress(f"writing {config.output}")
-    write_outputs(model, chosen, config, placement, costs, doc)
+    write_outputs(model, chosen, config, placement, costs, doc, profile_doc)
     return doc
+
+
+def _fit(view, cost_model, candidates, rows, device_type, doc, progress):
+    """The host model fitted to the measured plans (doc["host_fit"]); returns the host profile to write, or None."""
+    from msopt.tune.fit import fit_host, host_profile
+
+    by_label = {c.label: c for c in candidates}
+    points = [
+        (by_label[r["label"]], r["measured"]["median_ms"])
+        for r in rows
+        if r["verified"] and r.get("measured") and r["label"] in by_label and r["measured"]["median_ms"] > 0
+    ]
+    if not points:
+        doc["host_fit"] = None
+        return None
+    progress(f"fitting the host model to {len(points)} measured plan(s)")
+    doc["host_fit"] = fit_host(view, cost_model, points)
+    return host_profile(doc["host_fit"], device_type)
 
 
 def _load(model, candidate, config, folder, stack):
