@@ -37,7 +37,9 @@ def fit_host(view, cost_model, points):
     if any(c.streams_used > 1 for c, _ in points):
         names += ["partition_overhead_us", "launch_contention"]
     base = cost_model.target
-    threads = os.cpu_count() or 1  # TensorFlow's inter-op pool defaults to the host's logical CPUs
+    # TensorFlow's inter-op pool defaults to the host's logical CPUs; at least the widest plan's streams, because
+    # msopt.simulate can loop forever when fewer pool threads than streams meet a large op overhead.
+    threads = max(os.cpu_count() or 1, max(c.streams for c, _ in points))
     memo = {}
 
     def predict(values):
@@ -45,7 +47,7 @@ def fit_host(view, cost_model, points):
         if key not in memo:
             model = copy.copy(cost_model)
             model.target = replace(base, launch_threads=threads, **dict(zip(names, key)))
-            memo[key] = [simulate(view, c.partition, c.streams, model).makespan_us / 1000 for c, _ in points]
+            memo[key] = [float(simulate(view, c.partition, c.streams, model).makespan_us) / 1000 for c, _ in points]
         return memo[key]
 
     def loss(values):
@@ -55,7 +57,7 @@ def fit_host(view, cost_model, points):
 
     start = min(itertools.product(*(GRID[n] for n in names)), key=loss)
     found = minimize(loss, start, method="Powell", bounds=[BOUNDS[n] for n in names], options={"maxfev": 200})
-    best = min((tuple(found.x), start), key=loss)
+    best = min((tuple(float(v) for v in found.x), tuple(start)), key=loss)
     before = [simulate(view, c.partition, c.streams, cost_model).makespan_us / 1000 for c, _ in points]
     after = predict(best)
     return {
