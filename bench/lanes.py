@@ -9,10 +9,13 @@ The overhead is the time per request of ``msopt``'s lane path (msopt.runner.lane
 by msopt.runner.lanes_load.drive) over a plain threaded TensorFlow loop calling the same signature
 from the same number of threads, with no device scope. Target: <= 1.05.
 
-The simulated GPU curve (h100, batch 1/64/512) needs the simulator's host model and
-``msopt simulate --concurrency``, which are not built yet; this script does not print it.
+Next to them, the simulated h100 curve (``msopt simulate --concurrency``, msopt.concurrency) of a
+DeepFM-class model built by deepctr (tests/zoo_models.py, needs TensorFlow and deepctr to build it
+once) at batch 1, 64 and 512: requests/s against concurrency 1-32 for 1-4 lanes of the plan's
+streams (auto, at most 2), and the recommendation at concurrency 16 with its range over the host
+assumptions. These are simulated figures, with the host model's assumptions (docs/reference.md).
 
-    python bench/lanes.py [--batch-size 64] [--requests 400] [--rounds 5] [--json]
+    python bench/lanes.py [--batch-size 64] [--requests 400] [--rounds 5] [--simulated-only] [--json]
 """
 
 import argparse
@@ -60,13 +63,96 @@ def plain_loop(tf, fn, feeds, requests, concurrency):
     return time.perf_counter() - began
 
 
+SIMULATED_BATCHES = (1, 64, 512)
+SIMULATED_LANES = 4
+SIMULATED_CONCURRENCY = 16  # where the recommendation is made
+
+
+def simulated_curve(progress=print):
+    """The simulated h100 curves of deepctr's DeepFM at each batch size of SIMULATED_BATCHES."""
+    import msopt
+    from msopt.host_model import RANGES
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from zoo_models import zoo_model
+
+    model = zoo_model("deepfm")
+    curves = []
+    for batch in SIMULATED_BATCHES:
+        progress(f"simulating deepctr DeepFM on h100 at batch {batch}")
+        doc = msopt.simulate(
+            model, 2, "auto", target="h100", batch_size=batch, concurrency=SIMULATED_CONCURRENCY, lanes=SIMULATED_LANES
+        )
+        load = doc["load"]
+        curves.append(
+            {
+                "batch_size": batch,
+                "single_request_ms": doc["makespan_ms"],
+                "streams_per_lane": load["streams_per_lane"],
+                "table": [
+                    {k: row[k] for k in ("concurrency", "lanes", "requests_per_s", "records_per_s", "p99_ms")}
+                    for row in load["table"]
+                ],
+                "recommendation": {
+                    k: load["recommendation"][k]
+                    for k in (
+                        "concurrency",
+                        "lanes",
+                        "streams_per_lane",
+                        "requests_per_s",
+                        "records_per_s",
+                        "requests_per_s_range",
+                    )
+                    + ("gain", "gain_range", "note")
+                },
+            }
+        )
+    return {
+        "kind": "simulated (msopt simulate --concurrency, h100 target), not measured",
+        "model": "deepctr DeepFM (tests/zoo_models.py: 4 sparse features, 2 dense, DNN 32-16)",
+        "assumptions": {"host": doc["host"], "ranges": {k: list(v) for k, v in RANGES.items()}},
+        "curves": curves,
+    }
+
+
+def print_simulated(sim):
+    print(f"\n{sim['kind']}; {sim['model']}")
+    host = sim["assumptions"]["host"]
+    print("host model: " + ", ".join(f"{k} {host[k]}" for k in ("op_overhead_us", "launch_us", "launch_contention")))
+    for curve in sim["curves"]:
+        rows = curve["table"]
+        cs = sorted({r["concurrency"] for r in rows})
+        print(
+            f"batch {curve['batch_size']}: one request {curve['single_request_ms']} ms; requests/s, "
+            f"{curve['streams_per_lane']} stream(s) per lane"
+        )
+        print(f"{'lanes':>7}" + "".join(f"{'C=' + str(c):>9}" for c in cs))
+        for k in sorted({r["lanes"] for r in rows}):
+            cells = {r["concurrency"]: r["requests_per_s"] for r in rows if r["lanes"] == k}
+            print(f"{k:>7}" + "".join(f"{cells[c]:>9.0f}" for c in cs))
+        best = curve["recommendation"]
+        lo, hi = best["requests_per_s_range"]
+        glo, ghi = best["gain_range"]
+        print(
+            f"  recommended at C={best['concurrency']}: {best['lanes']} lane(s) x {best['streams_per_lane']} "
+            f"stream(s), {best['requests_per_s']:.0f} requests/s ({lo:.0f}-{hi:.0f}; {best['records_per_s']:.0f} records/s), "
+            f"{best['gain']:.3g}x one lane "
+            f"of one stream ({glo:.3g}x-{ghi:.3g}x over the host assumptions)"
+        )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--simulated-only", action="store_true", help="only the simulated h100 curve")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.simulated_only:
+        sim = simulated_curve(progress=lambda m: print(m, file=sys.stderr))
+        print(json.dumps(sim, indent=1)) if args.json else print_simulated(sim)
+        return
 
     from msopt.runner.lanes import Lanes
     from msopt.runner.lanes_load import drive
@@ -123,10 +209,10 @@ def main():
         },
         "rows": rows,
         "overhead_target": 1.05,
-        "simulated_gpu_curve": "not produced: needs the simulator's host model and msopt simulate --concurrency",
     }
     for pool in reversed(list(pools.values())):  # each changed into its own directory after the previous one
         pool.close()
+    document["simulated_gpu_curve"] = simulated_curve(progress=lambda m: print(m, file=sys.stderr))
     if args.json:
         print(json.dumps(document, indent=1))
         return
@@ -142,6 +228,7 @@ def main():
         + ", ".join(f"C={c}: {v}" for c, v in document["plain_loop_records_per_s"].items())
     )
     print(f"overhead target (lanes=1 over the plain loop): <= {document['overhead_target']}")
+    print_simulated(document["simulated_gpu_curve"])
 
 
 if __name__ == "__main__":

@@ -201,18 +201,24 @@ def simulate(
     timeline: PathLike | None = None,
     tags: str | None = None,
     progress: Progress = None,
+    concurrency: int | None = None,
+    lanes: int | None = None,
 ) -> dict[str, Any]:
     """Plan as `partition` would, then simulate one run on a GPU: `msopt simulate --json`. Writes no model.
 
     The figures carry their ranges over the host assumptions (``speedup_range``, ``makespan_ms_range``) and
     ``robust`` (at least as fast as one stream under every one); ``host_profile`` and ``merge_copy_streams``
-    as for `partition`.
+    as for `partition`. With ``concurrency`` (or ``lanes``), ``document["load"]`` also simulates that many
+    requests in flight over 1..``lanes`` lanes of the plan's streams (msopt.concurrency.report).
     """
     from msopt.load import open_model
     from msopt.simulate import simulate as run_simulation
 
     say = progress or _quiet
     started = time.perf_counter()
+    for name, value in (("--concurrency", concurrency), ("--lanes", lanes)):
+        if value is not None and value < 1:
+            raise InputError(f"{name} must be at least 1, got {value}")
     model, rules = os.fspath(model), _path(rules)
     policy = resolve_policy(policy, rules)
     say(f"loading {model}")
@@ -244,6 +250,11 @@ def simulate(
         "notes": planned.notes,
         "elapsed_s": round(time.perf_counter() - started, 3),
     }
+    if concurrency is not None or lanes is not None:
+        from msopt.concurrency import report as load_report
+
+        document["load"] = load_report(cost_model, planned.partition, streams, concurrency or 1, lanes or 1, say)
+        document["elapsed_s"] = round(time.perf_counter() - started, 3)
     if timeline:
         from msopt.timeline import chrome_trace
 

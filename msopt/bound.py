@@ -1,4 +1,4 @@
-"""Lower bounds on a plan's makespan that depend on its stream count: serial streams, and the cut at each critical op.
+"""Lower bounds on a plan's makespan: critical path, total work and host; and those that depend on its stream count.
 
 The simulator (msopt.simulate) runs each stream's kernels one after another, each for at least its
 standalone time (sharing the GPU only slows a kernel down), and starts a kernel only after every
@@ -173,7 +173,7 @@ def _launch_split(cm, c, d, succ, neutral):
 
 
 def tightened(bound, cost_model, streams):
-    """``bound`` (simulate.lower_bound's dict) with lower_bound_us raised to the stream-count bounds, which it adds."""
+    """``bound`` (lower_bound's dict) with lower_bound_us raised to the stream-count bounds, which it adds."""
     extra = stream_bound(cost_model, streams)
     out = dict(bound)
     out["serial_streams_us"] = extra["serial_us"]
@@ -182,4 +182,34 @@ def tightened(bound, cost_model, streams):
     return out
 
 
-__all__ = ["stream_bound", "tightened"]
+def lower_bound(cost_model, streams=1):
+    """No schedule on ``streams`` streams of this GPU beats the longest chain of standalone times, the total
+    work at full GPU, or the host's time to handle every op and launch every kernel (spread over as many
+    threads as there are executors and pool threads, the driver's serialized share of launches excepted)."""
+    cm = cost_model
+    n = len(cm)
+    finish = [0.0] * n
+    for i in range(n):
+        ready = 0.0
+        for j, _ in cm.tasks.inputs[i]:
+            ready = max(ready, finish[j])
+        for j in cm.tasks.control[i]:
+            ready = max(ready, finish[j])
+        finish[i] = ready + cm.duration[i]
+    critical = max(finish, default=0.0)
+    work = sum(d * s for d, s, k in zip(cm.duration, cm.share, cm.kernel) if k)
+    target, kernels = cm.target, sum(cm.kernel)
+    threads = max(1, min(streams, target.launch_threads))
+    host = max(
+        (kernels * target.launch_us + n * target.op_overhead_us) / threads,
+        kernels * target.launch_us * target.launch_contention,
+    )
+    return {
+        "lower_bound_us": max(critical, work, host),
+        "critical_path_us": critical,
+        "total_work_us": work,
+        "host_launch_us": host,
+    }
+
+
+__all__ = ["lower_bound", "stream_bound", "tightened"]

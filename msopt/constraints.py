@@ -21,6 +21,7 @@ Functional control flow (While, If, Case and their Stateless forms) needs no rul
 call is one node and its body functions are partitioned like any other function.
 """
 
+import weakref
 from collections import Counter, defaultdict
 
 from msopt.fusion import fusion_groups
@@ -91,8 +92,22 @@ def apply(view, partition, streams, options=None):
     """Enforce every constraint on ``partition``; returns (new partition, merge records)."""
     partition = dict(partition)
     fallback = getattr(options, "fallback", None) or set()
-    host = host_only(view)
+    host, groups = view_constraints(view)
     merges = _drop(partition, host)
+    merges += share_streams(view, partition, groups, fallback)
+    return partition, merges
+
+
+_BY_VIEW = weakref.WeakKeyDictionary()  # view -> (host-only keys, linked groups): they depend on the view alone
+
+
+def view_constraints(view):
+    """(host-only keys, [(linked keys, kinds)]) of ``view``, computed once per view: the auto search
+    applies the constraints to every candidate plan of the same view."""
+    cached = _BY_VIEW.get(view)
+    if cached is not None and cached[0] == len(view.nodes):
+        return cached[1], cached[2]
+    host = host_only(view)
     links = _UnionFind()
     linkers = (
         ("colocation", colocation_links),
@@ -105,8 +120,9 @@ def apply(view, partition, streams, options=None):
         for a, b in linker(view):
             if a not in host and b not in host:
                 links.union(a, b, kind)
-    merges += share_streams(view, partition, links, fallback)
-    return partition, merges
+    groups = links.groups()
+    _BY_VIEW[view] = (len(view.nodes), host, groups)
+    return host, groups
 
 
 # -- host-only ops ------------------------------------------------------------------------------
@@ -259,10 +275,10 @@ def fusion_links(view):
 
 
 # -- moving each linked group to one stream ------------------------------------------------------
-def share_streams(view, partition, links, fallback=()):
-    """Give every member of each linked group one stream: the one most of its consumers got."""
+def share_streams(view, partition, groups, fallback=()):
+    """Give every member of each linked group (``[(keys, kinds)]``) one stream: the one most of its consumers got."""
     merges = []
-    for members, kinds in links.groups():
+    for members, kinds in groups:
         real = [k for k in members if not view.nodes[k].virtual]
         assigned = {k: partition[k] for k in real if k in partition}
         if not assigned:

@@ -129,6 +129,23 @@ def corners(target, ranges):
     return out
 
 
+def host_settings(target):
+    """The host model's constants a simulation ran with."""
+    names = (
+        "op_overhead_us",
+        "launch_us",
+        "launch_contention",
+        "partition_overhead_us",
+        "launch_threads",
+        "sync_us",
+        "copy_latency_us",
+    )
+    settings = {name: getattr(target, name) for name in names}
+    settings["copy_streams"] = target.copy_streams
+    settings["merge_copy_streams"] = target.merge_copy_streams
+    return settings
+
+
 def load_host_profile(path):
     """Read a host profile: {"<field>": value | {"value": v, "range": [lo, hi]}, ...} -> HostProfile."""
     try:

@@ -43,7 +43,9 @@ The model of the machine (constants and sources in msopt.host_model and docs/ref
 import heapq
 from collections import deque
 
+from msopt.bound import lower_bound  # noqa: F401  (re-exported: the cost model caches it)
 from msopt.gc_pause import gc_paused
+from msopt.host_model import host_settings
 
 
 class Result:
@@ -137,23 +139,6 @@ class Result:
         }
 
 
-def host_settings(target):
-    """The host model's constants a simulation ran with."""
-    names = (
-        "op_overhead_us",
-        "launch_us",
-        "launch_contention",
-        "partition_overhead_us",
-        "launch_threads",
-        "sync_us",
-        "copy_latency_us",
-    )
-    settings = {name: getattr(target, name) for name in names}
-    settings["copy_streams"] = target.copy_streams
-    settings["merge_copy_streams"] = target.merge_copy_streams
-    return settings
-
-
 def streams_of(cost_model, partition):
     """Each task's stream: its own entry, else its caller's (recursively), else 0."""
     t = cost_model.tasks
@@ -176,7 +161,9 @@ def simulate(view, partition, streams, cost_model):
         return _run(cost_model, streams, stream_of, record_waits=True)
 
 
-def _run(cm, streams, stream_of, record_waits):
+def _run(cm, streams, stream_of, record_waits, requests=None):
+    """One run; ``requests`` (msopt.concurrency.Requests) runs several requests in flight: its own executors per
+    request (``executor_of``), sources gated until ``requests.done`` releases them, the streams shared."""
     t, target = cm.tasks, cm.target
     n = len(t.key)
     duration, share, kernel, neutral, out_bytes = cm.duration, cm.share, cm.kernel, cm.neutral, cm.out_bytes
@@ -190,7 +177,7 @@ def _run(cm, streams, stream_of, record_waits):
     # An edge i -> j is "local" when both ops share a stream or i is read in place (a constant, an input):
     # j may be launched once i is launched. Otherwise j waits on the host for i's data on the device,
     # plus the event sync and the copy.
-    host_pending = list(preds)  # edges not yet satisfied on the host
+    host_pending = list(preds) if requests is None else [p + g for p, g in zip(preds, requests.gate)]
     device_pending = [p + 1 if not kernel[i] else 0 for i, p in enumerate(preds)]  # no-kernel ops: inputs on device
     host_ready = [0.0] * n
     device_ready = [0.0] * n  # for a no-kernel op: when its inputs (hence its outputs) exist on the device
@@ -200,14 +187,16 @@ def _run(cm, streams, stream_of, record_waits):
     waits = []
     moved = [0, 0]  # copies, bytes
 
-    host = [(0.0, i) for i in range(n) if preds[i] == 0]
+    host = [(0.0, i) for i in range(n) if host_pending[i] == 0]
     heapq.heapify(host)
-    pool = [0.0] * max(1, min(target.launch_threads, streams))  # when each inter-op thread is next free (a heap)
-    executor_free = [0.0] * streams  # each stream's executor handles one op at a time
-    backlog = [deque() for _ in range(streams)]  # ops ready while their executor was busy, in ready order
-    waking = [False] * streams  # a wake-up of the stream's executor is in the host heap (task id -1 - stream)
-    for rank, s in enumerate(sorted(set(stream_of))):  # the run starts one executor per stream, one after another
-        executor_free[s] = rank * target.partition_overhead_us
+    executor_of, executors = (stream_of, streams) if requests is None else (requests.executor_of, requests.executors)
+    active = streams if requests is None else requests.active  # executors that may run at once
+    pool = [0.0] * max(1, min(target.launch_threads, active))  # when each inter-op thread is next free (a heap)
+    executor_free = [0.0] * executors  # each stream's executor handles one op at a time
+    backlog = [deque() for _ in range(executors)]  # ops ready while their executor was busy, in ready order
+    waking = [False] * executors  # a wake-up of the executor is in the host heap (task id -1 - executor)
+    for rank, s in enumerate(sorted(set(stream_of)) if requests is None else ()):  # one executor per stream,
+        executor_free[s] = rank * target.partition_overhead_us  # the run starts them one after another
     driver = [0.0]  # when the driver's context-wide launch resource is next free
     merge = target.merge_copy_streams
     copy_lanes = [[0.0] * target.copy_streams for _ in range(streams)] if target.copy_streams > 0 else None
@@ -271,6 +260,17 @@ def _run(cm, streams, stream_of, record_waits):
                         end[j] = device_ready[j]
                         work.append((j, device_ready[j]))
 
+    def released(opened):
+        """Requests released at ``at``: their executors' start times, then their gated sources."""
+        for at, tasks, starts in opened:
+            for e, free in starts:
+                executor_free[e] = free
+            for j in tasks:
+                satisfy(j, at)
+
+    if requests is not None:
+        released(requests.done(None, 0.0))
+
     def copy_done(s, at, took):
         """When a copy of ``took`` microseconds, issued by stream ``s`` at ``at``, is done."""
         if merge:  # on the compute stream: the stream's next kernel waits for it
@@ -290,17 +290,17 @@ def _run(cm, streams, stream_of, record_waits):
         while host and host[0][0] <= now:
             ready, i = heapq.heappop(host)
             woken = i < 0
-            if woken:  # a stream's executor is free: it takes the oldest op waiting for it
-                s = -1 - i
-                i = backlog[s].popleft()
-                waking[s] = False
-            s = stream_of[i]
+            if woken:  # an executor is free: it takes the oldest op waiting for it
+                e = -1 - i
+                i = backlog[e].popleft()
+                waking[e] = False
+            s, e = stream_of[i], executor_of[i]
             if kernel[i] or overhead > 0:
-                if not woken and (backlog[s] or executor_free[s] > ready):  # the executor is busy: wait in line
-                    backlog[s].append(i)
-                    if not waking[s]:
-                        waking[s] = True
-                        heapq.heappush(host, (executor_free[s], -1 - s))
+                if not woken and (backlog[e] or executor_free[e] > ready):  # the executor is busy: wait in line
+                    backlog[e].append(i)
+                    if not waking[e]:
+                        waking[e] = True
+                        heapq.heappush(host, (executor_free[e], -1 - e))
                     continue
                 if pool[0] > ready:  # every pool thread is busy (fewer threads than streams): back when one is free
                     heapq.heappush(host, (pool[0], i))
@@ -311,24 +311,26 @@ def _run(cm, streams, stream_of, record_waits):
                 if serial > 0:
                     host_free = (host_free if host_free > driver[0] else driver[0]) + serial
                     driver[0] = host_free
-                executor_free[s] = host_free
+                executor_free[e] = host_free
                 heapq.heapreplace(pool, host_free)
-                if backlog[s] and not waking[s]:
-                    waking[s] = True
-                    heapq.heappush(host, (host_free, -1 - s))
+                if backlog[e] and not waking[e]:
+                    waking[e] = True
+                    heapq.heappush(host, (host_free, -1 - e))
                 queue[s].append((host_free, i))
                 waiting_streams.append(s)
                 on_host(i, host_free)
             else:
                 if overhead > 0:
-                    executor_free[s] = handled
+                    executor_free[e] = handled
                     heapq.heapreplace(pool, handled)
                     ready = handled
-                    if backlog[s] and not waking[s]:
-                        waking[s] = True
-                        heapq.heappush(host, (handled, -1 - s))
+                    if backlog[e] and not waking[e]:
+                        waking[e] = True
+                        heapq.heappush(host, (handled, -1 - e))
                 start[i] = ready
                 done += 1
+                if requests is not None:
+                    released(requests.done(i, ready))
                 on_host(i, ready)
                 if ready > device_ready[i]:
                     device_ready[i] = ready
@@ -367,6 +369,8 @@ def _run(cm, streams, stream_of, record_waits):
             done += 1
             waiting_streams.append(s)
             on_device(i, now)
+            if requests is not None:
+                released(requests.done(i, now))
         elif starts and t_start <= t_host:
             _, i = heapq.heappop(starts)
             start[i] = now
@@ -379,36 +383,6 @@ def single_stream(cost_model):
     """The run with every op on stream 0."""
     with gc_paused():
         return _run(cost_model, 1, [0] * len(cost_model), record_waits=False)
-
-
-def lower_bound(cost_model, streams=1):
-    """No schedule on ``streams`` streams of this GPU beats the longest chain of standalone times, the total
-    work at full GPU, or the host's time to handle every op and launch every kernel (spread over as many
-    threads as there are executors and pool threads, the driver's serialized share of launches excepted)."""
-    cm = cost_model
-    n = len(cm)
-    finish = [0.0] * n
-    for i in range(n):
-        ready = 0.0
-        for j, _ in cm.tasks.inputs[i]:
-            ready = max(ready, finish[j])
-        for j in cm.tasks.control[i]:
-            ready = max(ready, finish[j])
-        finish[i] = ready + cm.duration[i]
-    critical = max(finish, default=0.0)
-    work = sum(d * s for d, s, k in zip(cm.duration, cm.share, cm.kernel) if k)
-    target, kernels = cm.target, sum(cm.kernel)
-    threads = max(1, min(streams, target.launch_threads))
-    host = max(
-        (kernels * target.launch_us + n * target.op_overhead_us) / threads,
-        kernels * target.launch_us * target.launch_contention,
-    )
-    return {
-        "lower_bound_us": max(critical, work, host),
-        "critical_path_us": critical,
-        "total_work_us": work,
-        "host_launch_us": host,
-    }
 
 
 __all__ = ["simulate", "single_stream", "lower_bound", "streams_of", "Result"]

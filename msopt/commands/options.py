@@ -66,6 +66,26 @@ def streams(default: Optional[int] = 4, help: str = "Number of streams.") -> Cal
     )
 
 
+def concurrency(
+    help: str = "Requests kept in flight: a closed loop issues the next one when one completes.",
+    default: Optional[int] = None,
+) -> Callable[[FC], FC]:
+    return click.option(
+        "--concurrency",
+        "-c",
+        type=click.IntRange(1, 1024),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
+def lanes(
+    help: str = "Request-level lanes: request i runs on lane i mod K, each lane a virtual GPU.",
+) -> Callable[[FC], FC]:
+    return click.option("--lanes", type=click.IntRange(1, 256), default=None, help=help)
+
+
 def policy(
     help: str = "Partition rule (see `msopt partition --help`). Default: auto when available, else none.",
 ) -> Callable[[FC], FC]:

@@ -79,12 +79,9 @@ Example:
 @opt.MERGE_COPY_STREAMS
 @opt.rules()
 @opt.OVERRIDE
-@click.option(
-    "--lanes",
-    type=click.IntRange(1, 256),
-    default=None,
-    help="Write a K-lane SavedModel instead: serving_default sends call i to lane i mod K (a Case branch pinned "
-    "to /device:<--device-type>:k), with TF Serving's platform config beside it. Loads TensorFlow.",
+@opt.lanes(
+    "Write a K-lane SavedModel instead: serving_default sends call i to lane i mod K (a Case branch pinned "
+    "to /device:<--device-type>:k), with TF Serving's platform config beside it. Loads TensorFlow."
 )
 @click.option("--no-const-dup", is_flag=True, help="Do not copy Const nodes into each stream that consumes them.")
 @opt.BOUNDARY

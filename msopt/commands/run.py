@@ -2,6 +2,7 @@
 
 import click
 
+from msopt.commands import options as opt
 from msopt.commands.echo import print_json, progress
 from msopt.commands.options import JSON, MODEL, TAGS
 from msopt.errors import CheckFailed
@@ -121,20 +122,12 @@ from msopt.errors import CheckFailed
     show_default=True,
     help="Worker processes running the model at once; throughput and latency are aggregated.",
 )
-@click.option(
-    "--concurrency",
-    "-c",
-    type=click.IntRange(1, 1024),
-    default=1,
-    show_default=True,
-    help="Client threads keeping requests in flight (1 without --lanes: one request at a time, as before).",
+@opt.concurrency(
+    "Client threads keeping requests in flight (1 without --lanes: one request at a time, as before).", default=1
 )
-@click.option(
-    "--lanes",
-    type=click.IntRange(1, 256),
-    default=None,
-    help="Request-level lanes: request i runs on lane i mod K, each lane on its own virtual GPU (logical CPU "
-    "device on the CPU), times --streams devices per lane. Default with --concurrency above 1: one lane.",
+@opt.lanes(
+    "Request-level lanes: request i runs on lane i mod K, each lane on its own virtual GPU (logical CPU "
+    "device on the CPU), times --streams devices per lane. Default with --concurrency above 1: one lane."
 )
 @click.option(
     "--lane-weights",
@@ -155,6 +148,13 @@ from msopt.errors import CheckFailed
     "--hosts",
     default=None,
     help="With --launcher mpirun: host:slots,... passed to mpirun -H (model and msopt at the same paths on each).",
+)
+@click.option(
+    "--compare-layouts",
+    is_flag=True,
+    help="Run --replicas R processes (with --mps on a GPU), then --lanes K lanes in one process fed by R client "
+    "threads, and report both side by side: records/s, latency, memory, and which gave more throughput for "
+    "less memory. Example: msopt run MODEL --compare-layouts --replicas 2 --lanes 2 --device cpu --json",
 )
 @click.option("--stage", is_flag=True, help="Pipeline the model: the part above the boundary runs ahead in threads.")
 @click.option(
@@ -229,6 +229,7 @@ def run(
     lane_weights,
     launcher,
     hosts,
+    compare_layouts,
     stage,
     stage_boundary,
     stage_threads,
@@ -263,6 +264,7 @@ def run(
           --compare-to sample_models/towers_tf1 --trace /tmp/towers.trace.json --json
       msopt run sample_models/deepfm_tf2 --device cpu --concurrency 8 --lanes 4 \\
           --compare-to sample_models/deepfm_tf2 --json
+      msopt run sample_models/deepfm_tf2 --device cpu --compare-layouts --replicas 2 --lanes 2 --json
     """
     from msopt.runner.config import RunConfig
     from msopt.runner.run import run_model
@@ -277,6 +279,10 @@ def run(
         return
     if as_json:
         print_json(document)
+    elif compare_layouts:
+        from msopt.runner.layouts import text
+
+        click.echo(text(document))
     else:
         click.echo(_text(document))
     if document.get("compare") and not document["compare"]["ok"]:

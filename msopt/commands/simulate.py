@@ -4,6 +4,8 @@ import click
 
 from msopt.commands import options as opt
 from msopt.commands.echo import print_json, progress
+from msopt.concurrency import describe as describe_load
+from msopt.concurrency import rate
 from msopt.uncertainty import describe
 
 
@@ -23,6 +25,11 @@ from msopt.uncertainty import describe
 )
 @opt.HOST_PROFILE
 @opt.MERGE_COPY_STREAMS
+@opt.concurrency(
+    "Also simulate this many requests in flight (closed loop) on --lanes lanes of --streams streams: "
+    "throughput, latency, a table against concurrency 1-32 and a recommendation."
+)
+@opt.lanes("Lanes for --concurrency: request i runs on lane i mod K, a virtual GPU of --streams streams (default 1).")
 @opt.SIGNATURE
 @opt.TIMELINE
 @opt.BOUNDARY
@@ -40,6 +47,8 @@ def simulate(
     launch_threads,
     host_profile,
     merge_copy_streams,
+    concurrency,
+    lanes,
     signature,
     timeline,
     boundary,
@@ -60,12 +69,19 @@ def simulate(
     assumptions (speedup_range, makespan_ms_range) and robust (at least as fast as one stream
     under every one). Writes no model.
 
+    With --concurrency C [--lanes K], also simulates C requests in flight, each issued when
+    one completes, request i on lane i mod K (a virtual GPU with the plan's streams), their
+    kernels sharing the GPU: requests/s, records/s, latency p50/p95/p99, a table of
+    throughput against concurrency 1-32 for 1..K lanes, and the lanes and streams per lane
+    to use, robust over the host assumptions (JSON key "load").
+
     \b
     Example:
       msopt simulate sample_models/towers_tf2 --streams 2 --policy towers --target v100 \\
           --batch-size 32 --timeline /tmp/towers_trace.json --json
       echo '{"launch_us": 2.5, "op_overhead_us": 4}' > host.json
       msopt simulate sample_models/deepfm_tf2 --streams 4 --host-profile host.json
+      msopt simulate sample_models/deepfm_tf2 --streams 2 --concurrency 8 --lanes 4 --batch-size 64
     """
     from msopt import api
 
@@ -86,6 +102,8 @@ def simulate(
         timeline=timeline,
         tags=tags,
         progress=progress,
+        concurrency=concurrency,
+        lanes=lanes,
     )
     if as_json:
         print_json(document)
@@ -112,8 +130,39 @@ def format_text(doc):
         f"  ops run {doc['ops_run']}, kernels {doc['kernels']}, unknown shapes {doc['ops_with_unknown_shape']}, "
         f"measured {doc['ops_measured']}"
     )
+    if "load" in doc:
+        lines.extend(format_load(doc["load"]))
     for note in doc["notes"]:
         lines.append(f"  note: {note}")
     if "timeline" in doc:
         lines.append(f"  timeline: {doc['timeline']}")
     return "\n".join(lines)
+
+
+def format_load(load):
+    """The --concurrency lines: the figures, the table (requests/s), the recommendation."""
+    batch = load["batch_size"]
+    lo, hi = load["requests_per_s_range"]
+    latency = ", ".join(f"{q} {load[q + '_ms']:.4g} ms" for q in ("p50", "p95", "p99"))
+    lines = [
+        f"  load (simulated): concurrency {load['concurrency']} on {load['lanes']} lane(s) x "
+        f"{load['streams_per_lane']} stream(s): {describe_load(load, batch)}, {rate(lo)}-{rate(hi)} requests/s "
+        f"over the host assumptions; latency {latency}",
+        "  requests/s against concurrency (simulated):",
+    ]
+    concurrencies = sorted({row["concurrency"] for row in load["table"]})
+    lines.append("    lanes " + "".join(f"{'C=' + str(c):>10}" for c in concurrencies))
+    cells = {(row["lanes"], row["concurrency"]): row["requests_per_s"] for row in load["table"]}
+    for k in range(1, load["lanes"] + 1):
+        lines.append(f"    {k:>5} " + "".join(f"{cells[(k, c)]:>10,.0f}" for c in concurrencies))
+    best = load["recommendation"]
+    lo, hi = best["requests_per_s_range"]
+    glo, ghi = best["gain_range"]
+    lines.append(
+        f"  recommendation at concurrency {best['concurrency']}: {best['lanes']} lane(s) x "
+        f"{best['streams_per_lane']} stream(s), {rate(best['requests_per_s'])} requests/s ({rate(lo)}-{rate(hi)}), "
+        f"{best['gain']:.3g}x one lane of one stream ({glo:.3g}x-{ghi:.3g}x over the host assumptions)"
+    )
+    if best["note"]:
+        lines.append(f"  note: {best['note']}")
+    return lines

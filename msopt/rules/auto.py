@@ -30,7 +30,7 @@ from msopt.constraints import apply
 from msopt.gc_pause import gc_paused
 from msopt.order import longest_to_sink
 from msopt.rules import RuleOptions, RuleResult
-from msopt.rules.chains import chains, path_cover
+from msopt.rules.chains import chains, greedy_path_cover, minimum_chains
 from msopt.rules.collective import collective
 from msopt.rules.embedding import embedding
 from msopt.rules.stage import stage
@@ -39,6 +39,8 @@ from msopt.rules.walk import Dag
 from msopt.simulate import simulate
 
 RULE_CANDIDATES = {"chains": chains, "embedding": embedding, "towers": towers, "stage": stage, "collective": collective}
+# Plans of no policy of their own, tried after the rules' (so a tie keeps the earlier candidate).
+EXTRA_CANDIDATES = {"chains over the minimum path cover": minimum_chains}
 COST_WEIGHTED = ("chains", "embedding")  # rules also tried with unit work per kernel instead of the cost model's times
 LARGE = 50_000  # beyond this many op instances: only one stream and the full-width list schedule, judged unconstrained
 
@@ -67,6 +69,10 @@ def _search(view, options, cost):
                 plan = run_rule(name, view, options, None)
                 if plan:
                     candidates.append((f"policy {name} with unit costs", plan))
+        for name in () if large else EXTRA_CANDIDATES:
+            plan = run_rule(name, view, options, cost)
+            if plan:
+                candidates.append((name, plan))
     single = cost.single_stream_us()  # simulated once per cost model, shared with the report
     scored = [(round(single, 6), 1, 0, 0, "one stream", {})]
     placed_plans = [{}]
@@ -139,7 +145,8 @@ def choose_robust(view, streams, cost, scored, placed_plans):
 def run_rule(name, view, options, cost):
     """Another rule's raw plan (before the constraints): its ops weighted by ``cost``, or one unit each if None."""
     node_costs = cost.node_times() if cost is not None else None
-    result = RULE_CANDIDATES[name](view, replace(options, node_costs=node_costs))
+    rule = RULE_CANDIDATES.get(name) or EXTRA_CANDIDATES[name]
+    result = rule(view, replace(options, node_costs=node_costs))
     return result.partition if isinstance(result, RuleResult) else result
 
 
@@ -165,7 +172,7 @@ def schedule(cost, streams, chained=False, by_rank=True):
     if chained:
         dag = Dag()
         dag.keys, dag.preds, dag.succs, dag.order = t.key, preds, succs, list(range(n))
-        chain_of = path_cover(dag)
+        chain_of = greedy_path_cover(dag)
         chain_stream = {}
         chain_work = {}
         for i, c in enumerate(chain_of):

@@ -15,6 +15,7 @@ records the call nodes it was expanded for, so the instances a run executes are 
 with the same identity (key and callers).
 """
 
+import weakref
 from collections import defaultdict
 
 from msopt.flat import argument_input, opened_functions
@@ -64,10 +65,19 @@ class Dag:
         return {key: stream_of[v] for key, v in self.first.items() if nodes[key].proto is not None}
 
 
+_BY_VIEW = weakref.WeakKeyDictionary()  # view -> (node count, its flat DAG): the rules only read the DAG
+
+
 def flatten(view):
-    """The flat DAG of ``view`` (see the module docstring)."""
+    """The flat DAG of ``view`` (see the module docstring), built once per view: the auto search runs
+    several rules over the same view, and none of them changes the DAG."""
+    cached = _BY_VIEW.get(view)
+    if cached is not None and cached[0] == len(view.nodes):
+        return cached[1]
     with gc_paused():
-        return _flatten(view)
+        dag = _flatten(view)
+    _BY_VIEW[view] = (len(view.nodes), dag)
+    return dag
 
 
 def _flatten(view):

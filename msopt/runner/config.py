@@ -11,7 +11,15 @@ from msopt.errors import InputError
 PATH_FIELDS = ("inputs_npz", "save_outputs", "compare_to", "trace_path", "profile_path")
 # Only the parent acts on these: a worker runs one replica, inherits CUDA_VISIBLE_DEVICES (by UUID under
 # MPS) and the MPS environment, and is told its place in the run on its command line.
-PARENT_ONLY = {"mps": False, "mps_threads": None, "replicas": 1, "gpus": None, "launcher": "local", "hosts": None}
+PARENT_ONLY = {
+    "mps": False,
+    "mps_threads": None,
+    "replicas": 1,
+    "gpus": None,
+    "launcher": "local",
+    "hosts": None,
+    "compare_layouts": False,
+}
 WORKER_FIELDS = ("worker_barrier", "worker_replicas")
 
 
@@ -54,6 +62,7 @@ class RunConfig:
     lane_weights: Optional[str] = None  # "shared" or "copy"; None: shared where TensorFlow allows
     launcher: str = "local"  # how replicas start: "local" (msopt's own workers) or "mpirun"
     hosts: Optional[str] = None  # --launcher mpirun: host:slots,... for mpirun -H
+    compare_layouts: bool = False  # --replicas R against --lanes K at the same load, one report
     worker_barrier: Optional[str] = None  # set in a replica worker: the directory its start barrier lives in
     worker_replicas: int = 1  # in a replica worker: the processes sharing each GPU
 

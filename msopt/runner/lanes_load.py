@@ -12,6 +12,7 @@ def run_with_lanes(config, loaded, view, streams, priorities, progress):
     from msopt.contents import signatures
     from msopt.runner.feeds import batch_of, choose_signature, make_records
     from msopt.runner.lanes import Lanes, can_share_weights, check_lane_options
+    from msopt.runner.layouts import process_memory
     from msopt.runner.timing import latency_summary
 
     lanes, concurrency = config.lanes or 1, config.concurrency
@@ -63,12 +64,13 @@ def run_with_lanes(config, loaded, view, streams, priorities, progress):
             "streams": streams,
             "lanes": lanes,
             "concurrency": concurrency,
-            "devices": [d for lane in pool.devices for d in lane],
+            "devices": document_devices(pool),
             "inputs": {"source": config.inputs_npz or "generated", "records": len(feeds), "batch_size": batch},
             "warmup": max(config.warmup, 1),
             "weights": pool.describe_weights(),
             "requests_per_lane": result["per_lane"],
             "executed": {"lane_to_device": executed},
+            "memory": process_memory(pool.tf, pool.device_type, document_devices(pool)),
         }
         if pool.layout is not None:
             document["gpu_layout"] = pool.layout.describe()
@@ -80,6 +82,11 @@ def run_with_lanes(config, loaded, view, streams, priorities, progress):
         return document
     finally:
         pool.close()
+
+
+def document_devices(pool):
+    """Every device the lanes use, flat."""
+    return [d for lane in pool.devices for d in lane]
 
 
 def drive(steps, requests, concurrency, keep_outputs=False):

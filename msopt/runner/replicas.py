@@ -285,13 +285,14 @@ def aggregate(reports):
             "device_type": r.get("device_type"),
             "latency_ms": r["latency_ms"],
             "throughput": r["throughput"],
+            "memory": r.get("memory"),
         }
         for r in reports
     ]
     base = {
         k: v
         for k, v in reports[0].items()
-        if k not in ("latencies_ms", "started_unix", "pid", "latency_ms", "throughput", "wall_s", "steps")
+        if k not in ("latencies_ms", "started_unix", "pid", "memory", "latency_ms", "throughput", "wall_s", "steps")
     }
     return {
         **base,

@@ -45,7 +45,11 @@ def run_model(config, progress=lambda message: None):
     priorities = parse_priorities(config.stream_priority, streams)
     if config.mps_threads is not None and not config.mps:
         raise InputError("--mps-threads applies with --mps")
-    if config.uses_lanes:
+    if config.compare_layouts:
+        from msopt.runner.layouts import compare_layouts
+
+        document = compare_layouts(config, loaded, view, streams, priorities, progress)
+    elif config.uses_lanes:
         refused = {"--trace": config.trace_path, "--profile": config.profile_path, "--stage": config.stage}
         refused["--save-outputs"] = config.save_outputs
         for flag, value in refused.items():
@@ -86,6 +90,7 @@ def run_here(config, loaded, view, streams, priorities, progress):
     from msopt.contents import signatures
     from msopt.runner.devices import bitwise_gpu_numerics
     from msopt.runner.feeds import batch_of, choose_signature, make_records
+    from msopt.runner.layouts import process_memory
     from msopt.runner.placed_model import Runner
     from msopt.runner.tensorflow_runtime import import_tensorflow
     from msopt.runner.timing import latency_summary, timed_steps
@@ -151,6 +156,7 @@ def run_here(config, loaded, view, streams, priorities, progress):
                 document.update(
                     latencies_ms=[round(x * 1e3, 4) for x in latencies],
                     pid=os.getpid(),
+                    memory=process_memory(runner.tf, runner.device_type, document["devices"]),
                     started_unix=time.time() - (time.perf_counter() - started),
                 )
         if config.trace_path or config.profile_path:

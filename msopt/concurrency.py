@@ -1,0 +1,290 @@
+"""Several requests in flight on one simulated GPU: closed-loop load over K lanes of N streams, throughput, latency.
+
+``concurrency`` requests are outstanding at all times: the first ones start together, and each
+time one completes the next is issued (a closed loop, as ``msopt run --concurrency`` drives
+TensorFlow). Request i runs on lane i mod K; a lane is a virtual GPU with the plan's N streams, so
+the GPU has K x N streams, shared by every request on the lane in launch order. Each request has
+its own executor per stream (TensorFlow runs one executor state per call and device partition, on
+the shared inter-op pool), starting ``partition_overhead_us`` apart as a single run's do. Kernels
+of every request share the GPU (the simulator's processor sharing), the launches the driver's
+context-wide resource (``launch_contention``), the executors the inter-op pool.
+
+One cost model is simulated as a task graph of R copies of the request (R = 4 x concurrency by
+default), released by the loop (msopt.simulate's ``requests`` hook). Throughput is measured in the
+steady state: over the completions between the concurrency-th and the (R - concurrency)-th, so
+neither the burst of the first requests nor the drain of the last counts; latency (issue to
+completion) over the requests issued in that window. Not modelled: host-to-device and
+device-to-host copies of the inputs and outputs, the client's own time, batching across requests.
+"""
+
+import copy
+
+from msopt.errors import InputError
+from msopt.gc_pause import gc_paused
+from msopt.simulate import _run, streams_of
+
+CONCURRENCIES = (1, 2, 4, 8, 16, 32)  # the table's columns
+REQUESTS_PER_SLOT = 4  # R = this x concurrency requests per simulated load
+TOLERANCE = 1e-9  # a plan as fast as the baseline at a corner counts as robust there
+CLOSE = 0.01  # candidates within 1 % of the best robust throughput count as equal: the fewest lanes x streams wins
+
+
+class _Copies:
+    """R copies of a cost model's tasks, in the shape msopt.simulate's event loop reads (task i of copy r is
+    r * n + i)."""
+
+    def __init__(self, cost_model, copies):
+        n = len(cost_model)
+        self.target = cost_model.target
+        self.tasks = type("Tasks", (), {"key": cost_model.tasks.key * copies})()
+        self.duration = cost_model.duration * copies
+        self.share = cost_model.share * copies
+        self.kernel = cost_model.kernel * copies
+        self.neutral = cost_model.neutral * copies
+        self.out_bytes = cost_model.out_bytes * copies
+        succ = cost_model.successors()
+        self._succ = [[(j + r * n, port) for j, port in row] for r in range(copies) for row in succ]
+        self._preds = cost_model.pred_count() * copies
+
+    def successors(self):
+        return self._succ
+
+    def pred_count(self):
+        return self._preds
+
+    def on(self, target):
+        """The same copies under another host (a corner of the host box)."""
+        other = copy.copy(self)
+        other.target = target
+        return other
+
+
+class Requests:
+    """The closed loop: which executor runs each task, which tasks wait for their request's release, and
+    ``done(task, at)``, called by the event loop as each task completes, which issues the next request."""
+
+    def __init__(self, stream_of, preds, copies, concurrency, streams, partition_overhead_us):
+        n = len(stream_of)
+        self.n, self.copies, self.concurrency, self.streams = n, copies, concurrency, streams
+        self.executor_of = [r * streams + s for r in range(copies) for s in stream_of]
+        self.executors = copies * streams
+        used = sorted(set(stream_of))
+        self.active = min(concurrency, copies) * len(used)  # executors that may run at once
+        self._sources = [i for i, p in enumerate(preds) if p == 0]  # a request's tasks without inputs
+        self.gate = [1 if p == 0 else 0 for p in preds] * copies  # ... wait for the request to be issued
+        self._ranks = [(s, rank * partition_overhead_us) for rank, s in enumerate(used)]  # executors start apart
+        self.remaining = [n] * copies
+        self.issued = [0.0] * copies
+        self.finished = [0.0] * copies
+        self.next = 0
+
+    def _issue(self, at):
+        r = self.next
+        self.next += 1
+        self.issued[r] = at
+        base = r * self.n
+        starts = [(r * self.streams + s, at + offset) for s, offset in self._ranks]
+        return (at, [base + i for i in self._sources], starts)
+
+    def done(self, i, at):
+        """[(time, tasks to release, [(executor, start time)])] for the requests issued by this completion."""
+        if i is None:  # the start: ``concurrency`` requests at once
+            return [self._issue(at) for _ in range(min(self.concurrency, self.copies))]
+        r = i // self.n
+        if at > self.finished[r]:
+            self.finished[r] = at
+        self.remaining[r] -= 1
+        if self.remaining[r] or self.next >= self.copies:
+            return ()
+        return [self._issue(self.finished[r])]
+
+
+def lane_streams(cost_model, partition, streams, lanes):
+    """Each task's stream within its lane (validated against ``streams``), for one request."""
+    stream_of = streams_of(cost_model, partition)
+    for key, s in zip(cost_model.tasks.key, stream_of):
+        if not isinstance(s, int) or not 0 <= s < streams:
+            raise ValueError(f"node '{key}' is on stream {s}, outside [0, {streams})")
+    return stream_of
+
+
+def load(cost_model, partition, streams, concurrency, lanes, requests=None, copies=None):
+    """Simulate ``concurrency`` requests in flight over ``lanes`` lanes of ``streams`` streams -> figures.
+
+    ``partition`` is one request's plan ({node key: stream in [0, streams)}); ``requests`` (default
+    REQUESTS_PER_SLOT x concurrency) is how many are simulated; ``copies`` a prebuilt _Copies to reuse.
+    Returns {"requests_per_s", "records_per_s", "latency_ms": {"p50", "p95", "p99"}, "requests_simulated"}."""
+    if concurrency < 1 or lanes < 1 or streams < 1:
+        raise ValueError("concurrency, lanes and streams must be at least 1")
+    count = requests or REQUESTS_PER_SLOT * concurrency
+    if count < 2 * concurrency + 1:
+        raise ValueError(f"simulate at least {2 * concurrency + 1} requests for concurrency {concurrency}")
+    base = lane_streams(cost_model, partition, streams, lanes)
+    replicas = copies if copies is not None else _Copies(cost_model, count)
+    target = replicas.target
+    loop = Requests(base, cost_model.pred_count(), count, concurrency, streams, target.partition_overhead_us)
+    stream_of = [s + (r % lanes) * streams for r in range(count) for s in base]
+    with gc_paused():
+        _run(replicas, lanes * streams, stream_of, record_waits=False, requests=loop)
+    return _figures(loop, cost_model.batch_size)
+
+
+def _figures(loop, batch_size):
+    count, c = loop.copies, loop.concurrency
+    ends = sorted(loop.finished)
+    lo, hi = c - 1, count - c - 1  # the steady state: after the first burst, before the drain
+    span = ends[hi] - ends[lo]
+    every = [f - s for f, s in zip(loop.finished, loop.issued)]
+    latencies = sorted(x for x, s in zip(every, loop.issued) if ends[lo] <= s <= ends[hi]) or sorted(every)
+    per_s = (hi - lo) * 1e6 / span if span > 0 else 0.0
+    return {
+        "requests_per_s": round(per_s, 3),
+        "records_per_s": round(per_s * batch_size, 3),
+        "latency_ms": {f"p{q}": round(_percentile(latencies, q) / 1000.0, 6) for q in (50, 95, 99)},
+        "requests_simulated": count,
+    }
+
+
+def _percentile(values, q):
+    """The nearest-rank percentile of sorted ``values``."""
+    import math
+
+    return values[max(0, min(len(values) - 1, math.ceil(q / 100.0 * len(values)) - 1))]
+
+
+def table(cost_model, partition, streams, lanes, concurrencies=CONCURRENCIES):
+    """Throughput and latency for every concurrency in ``concurrencies`` and every lane count 1..``lanes``."""
+    rows = []
+    for c in concurrencies:
+        copies = _Copies(cost_model, REQUESTS_PER_SLOT * c)
+        for k in range(1, lanes + 1):
+            figures = load(cost_model, partition, streams, c, k, copies=copies)
+            rows.append({"concurrency": c, "lanes": k, **_flat(figures)})
+    return rows
+
+
+def _flat(figures):
+    latency = figures["latency_ms"]
+    return {
+        "requests_per_s": figures["requests_per_s"],
+        "records_per_s": figures["records_per_s"],
+        **{f"{q}_ms": latency[q] for q in ("p50", "p95", "p99")},
+    }
+
+
+def recommend(cost_model, plans, concurrency, lanes):
+    """The lanes and streams per lane to use at ``concurrency``, robust over the host assumptions.
+
+    ``plans`` maps streams per lane to one request's plan and holds 1 (the one-stream plan, {}). Every
+    candidate (1..``lanes`` lanes x each plan) is simulated at the point estimate and at every corner of the
+    host box (msopt.uncertainty); the baseline is one lane of one stream. A candidate is robust when its
+    throughput is at least the baseline's at every corner; the recommendation is the robust candidate with
+    the most throughput at the point estimate, candidates within CLOSE of it counting as ties, which go to
+    fewer lanes x streams, then fewer lanes."""
+    from msopt.uncertainty import corner_models
+
+    corners = corner_models(cost_model)
+    copies = _Copies(cost_model, REQUESTS_PER_SLOT * concurrency)
+    rows = []
+    for n, partition in sorted(plans.items()):
+        for k in range(1, lanes + 1):
+            point = load(cost_model, partition, n, concurrency, k, copies=copies)
+            at = [
+                load(cm, partition, n, concurrency, k, copies=copies.on(cm.target))["requests_per_s"] for cm in corners
+            ]
+            rows.append({"lanes": k, "streams_per_lane": n, "figures": point, "corners": at})
+    base = next(r for r in rows if r["lanes"] == 1 and r["streams_per_lane"] == 1)
+    for r in rows:
+        pairs = list(zip(r["corners"], base["corners"])) + [
+            (r["figures"]["requests_per_s"], base["figures"]["requests_per_s"])
+        ]
+        r["gains"] = [x / b if b > 0 else 1.0 for x, b in pairs]
+        r["robust"] = min(r["gains"]) >= 1.0 - TOLERANCE
+    order = sorted(
+        rows, key=lambda r: (-r["figures"]["requests_per_s"], r["lanes"] * r["streams_per_lane"], r["lanes"])
+    )
+    top = next(r for r in order if r["robust"])["figures"]["requests_per_s"]
+    close = [r for r in order if r["robust"] and r["figures"]["requests_per_s"] >= top * (1 - CLOSE)]
+    chosen = min(close, key=lambda r: (r["lanes"] * r["streams_per_lane"], r["lanes"]))
+    passed = order[0] if not order[0]["robust"] else None
+    document = {
+        "lanes": chosen["lanes"],
+        "streams_per_lane": chosen["streams_per_lane"],
+        "concurrency": concurrency,
+        **_flat(chosen["figures"]),
+        **_ranges(chosen),
+        "robust": True,
+        "baseline": "1 lane x 1 stream",
+        "candidates": [
+            {
+                "lanes": r["lanes"],
+                "streams_per_lane": r["streams_per_lane"],
+                "requests_per_s": r["figures"]["requests_per_s"],
+                **_ranges(r),
+                "robust": r["robust"],
+            }
+            for r in rows
+        ],
+        "note": "",
+    }
+    if passed is not None:
+        lo, hi = _ranges(passed)["gain_range"]
+        document["note"] = (
+            f"passed over {passed['lanes']} lane(s) x {passed['streams_per_lane']} stream(s), the most throughput at "
+            f"the point estimate ({passed['figures']['requests_per_s']:.6g} requests/s), as it is slower than one "
+            f"lane of one stream under some host assumptions ({lo:.3g}x-{hi:.3g}x)"
+        )
+    return document
+
+
+def _ranges(row):
+    values = row["corners"] + [row["figures"]["requests_per_s"]]
+    point = row["gains"][-1]
+    return {
+        "requests_per_s_range": [round(min(values), 3), round(max(values), 3)],
+        "gain": round(point, 4),
+        "gain_range": [round(min(row["gains"]), 4), round(max(row["gains"]), 4)],
+    }
+
+
+def report(cost_model, partition, streams, concurrency, lanes, progress=None):
+    """The ``load`` document of `msopt simulate --concurrency C --lanes K`: the figures at (C, K lanes x
+    ``streams``), their range over the host assumptions, the table and the recommendation."""
+    say = progress or (lambda message: None)
+    if concurrency < 1 or lanes < 1:
+        raise InputError(f"--concurrency and --lanes must be at least 1, got {concurrency} and {lanes}")
+    say(f"simulating {concurrency} request(s) in flight on 1..{lanes} lane(s), at every host corner")
+    plans = {1: {}, streams: partition} if len(set(streams_of(cost_model, partition))) > 1 else {1: {}}
+    best = recommend(cost_model, plans, concurrency, lanes)
+    n = streams if streams in plans else 1
+    asked = next(r for r in best["candidates"] if r["lanes"] == lanes and r["streams_per_lane"] == n)
+    figures = load(cost_model, plans[n], n, concurrency, lanes)
+    concurrencies = sorted(set(CONCURRENCIES) | {concurrency})
+    say(f"simulating concurrency {', '.join(map(str, concurrencies))} on 1..{lanes} lane(s)")
+    batch = cost_model.batch_size
+    return {
+        "concurrency": concurrency,
+        "lanes": lanes,
+        "streams_per_lane": n,
+        "batch_size": batch,
+        **_flat(figures),
+        "requests_per_s_range": asked["requests_per_s_range"],
+        "records_per_s_range": [round(x * batch, 3) for x in asked["requests_per_s_range"]],
+        "requests_simulated": figures["requests_simulated"],
+        "table": table(cost_model, plans[n], n, lanes, concurrencies),
+        "recommendation": best,
+        "simulated": "closed loop on the target GPU's model with the host model's assumptions (msopt.concurrency)",
+    }
+
+
+def describe(figures, batch_size):
+    """`4,880 requests/s (312,320 records/s at batch 64)`."""
+    return f"{rate(figures['requests_per_s'])} requests/s ({rate(figures['records_per_s'])} records/s at batch {batch_size})"
+
+
+def rate(value):
+    """A throughput for people: `21,773`, `12.5`."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+__all__ = ["CONCURRENCIES", "Requests", "describe", "load", "rate", "recommend", "report", "table"]
