@@ -33,7 +33,7 @@ def measure_lanes(config, model, view, streams, signature, feeds, expected, batc
             "streams_used": streams,
             "lanes": k,
             "concurrency": concurrency,
-            "simulated_ms": None,  # the simulator has no model of concurrent requests yet
+            "simulated_ms": None,  # not simulated here yet (msopt simulate --concurrency --lanes is)
             "measured": None,
             "measured_over_simulated": None,
             "verified": False,
