@@ -4,9 +4,10 @@
 For each model, one `msopt tune --json` process (logical CPU devices: the figures are CPU figures
 and do not predict a GPU). Prints, per candidate, the simulated time (msopt's GPU simulator with
 the measured per-op times), the measured median and spread, their ratio and whether the candidate
-verified; then the choice and the time tune took.
+verified; then the choice, the lane counts (with --lanes), the host model fitted to the measured plans
+(simulator error before and after) and the time tune took.
 
-    python bench/tune.py [--streams 2] [--rounds 5] [--steps 20] [--json]
+    python bench/tune.py [--streams 2] [--rounds 5] [--steps 20] [--lanes K --concurrency C] [--json]
 """
 
 import argparse
@@ -34,6 +35,8 @@ def tune(model, args, out):
     started = time.perf_counter()
     command = [sys.executable, "-m", "msopt", "tune", model, "--streams", str(args.streams), "--device", "cpu"]
     command += ["--rounds", str(args.rounds), "--steps", str(args.steps), "--batch-size", str(args.batch_size)]
+    if args.lanes:
+        command += ["--lanes", str(args.lanes), "--concurrency", str(args.concurrency)]
     command += ["-o", str(out), "--json"]
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     wall = time.perf_counter() - started
@@ -56,6 +59,19 @@ def show(name, doc):
             f"{'yes' if row['verified'] else 'NO'}"
         )
     print(f"  chosen: {doc['chosen']}: {doc['why']}")
+    for row in (doc.get("lanes") or {}).get("candidates", []):
+        m = row["measured"]
+        rate = f"{m['records_per_s']['median']:.5g} records/s, median {m['median_ms']:.4g} ms" if m else "-"
+        print(f"  {row['label']:<34} {rate}  {'yes' if row['verified'] else 'NO'}")
+    if doc.get("lanes"):
+        print(f"  lanes chosen: {doc['lanes']['chosen']}: {doc['lanes']['why']}")
+    fit = doc.get("host_fit")
+    if fit:
+        values = ", ".join(f"{k} {v:g}" for k, v in fit["fitted"].items())
+        print(
+            f"  host model fitted to {fit['points']} plan(s): {values}; residual {fit['residual_rms_log']:g}; "
+            f"simulator error {fit['error_before']:.1%} before, {fit['error_after']:.1%} after"
+        )
 
 
 def main():
@@ -64,6 +80,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--lanes", type=int, default=None, help="also measure the chosen plan on 1..K lanes")
+    parser.add_argument("--concurrency", type=int, default=4, help="client threads with --lanes")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     models = [(name, str(ROOT / "sample_models" / name)) for name in SAMPLES] + [(KERAS[0], keras_model())]

@@ -142,6 +142,10 @@ def test_a_budget_too_small_for_one_round_is_bad_input_and_writes_nothing(tmp_pa
         (["--streams", "two"], "Invalid value for '--streams'"),
         ([], "Missing option '--streams'"),
         (["--streams", "2", "--budget", "-1"], "Invalid value for '--budget'"),
+        (["--streams", "2", "--lanes", "0"], "Invalid value for '--lanes'"),
+        (["--streams", "2", "--lanes", "two"], "Invalid value for '--lanes'"),
+        (["--streams", "2", "--lanes", "2", "--concurrency", "0"], "Invalid value for '--concurrency'"),
+        (["--streams", "8", "--lanes", "200"], "--lanes 200 x --streams 8 = 1600 devices: at most 1024"),
     ],
 )
 def test_bad_options_are_one_line_exit_2(tmp_path, msopt, args, message):
@@ -263,3 +267,107 @@ def test_a_model_that_is_not_a_graph_is_refused_before_tensorflow_loads(tmp_path
     done = msopt("tune", bad, "-n", "2", "-o", tmp_path / "out")
     assert done.returncode == 2 and done.stderr.startswith("msopt: error:") and "bad.pb" in done.stderr
     assert len(done.stderr.splitlines()) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["bad.pb"]
+
+
+@pytest.fixture(scope="module")
+def tuned_lanes(tmp_path_factory):
+    """deepfm_tf2 (TF2, shared weights per lane) tuned with --lanes 2 --concurrency 2."""
+    import shutil
+
+    from tests.conftest import SAMPLES, run_msopt
+
+    tmp = tmp_path_factory.mktemp("tune_lanes")
+    model = tmp / "deepfm_tf2"
+    shutil.copytree(SAMPLES / "deepfm_tf2", model)
+    out = tmp / "tuned"
+    done = run_msopt(
+        "tune", model, "-n", "2", "--lanes", "2", "--concurrency", "2", "--rounds", "2", "--steps", "3",
+        "--max-candidates", "3", "-o", out, "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return model, out, json.loads(done.stdout), tmp
+
+
+@pytest.mark.slow  # one tune with lanes: about half a minute on two shared cores
+def test_lane_counts_are_candidates_verified_and_measured_under_concurrent_clients(tuned_lanes):
+    model, out, doc, tmp = tuned_lanes
+    lanes = doc["lanes"]
+    assert lanes["plan"] == doc["chosen"] and lanes["concurrency"] == 2 and lanes["figure"] == "records_per_s"
+    rows = {row["lanes"]: row for row in lanes["candidates"]}
+    assert sorted(rows) == [1, 2]
+    for row in rows.values():
+        assert set(doc["candidates"][0]) <= set(row)  # reported with the plans' keys
+        assert row["kind"] == "lanes" and row["concurrency"] == 2 and row["verified"] and row["max_abs_diff"] == 0
+        assert row["pinned"] and row["weights"] == "shared"  # every lane's compute ops on its own device
+        assert row["measured"]["steps"] == 2 * 3 * 2 and row["measured"]["records_per_s"]["median"] > 0
+    assert lanes["chosen"] in {row["label"] for row in rows.values()}
+    chosen = next(row for row in rows.values() if row["label"] == lanes["chosen"])
+    assert f"--lanes {chosen['lanes']} --concurrency 2" in doc["deploy"]["lanes"]
+    assert json.loads((tmp / "tuned.tune.json").read_text())["lanes"]["chosen"] == lanes["chosen"]
+
+
+@pytest.mark.slow  # one tune with lanes: about half a minute on two shared cores
+def test_the_fitted_host_profile_is_written_and_read_by_simulate_and_partition(tuned_lanes):
+    from tests.conftest import run_msopt
+
+    model, out, doc, tmp = tuned_lanes
+    fit = doc["host_fit"]
+    path = tmp / "tuned.host_profile.json"
+    assert doc["host_profile"] == str(path) and path.exists()
+    profile = json.loads(path.read_text())
+    assert profile["op_overhead_us"] == fit["fitted"]["op_overhead_us"] and "not a GPU" in profile["comment"]
+    assert fit["points"] == sum(1 for row in doc["candidates"] if row["measured"])
+    assert fit["residual_rms_log"] >= 0 and fit["error_after"] <= fit["error_before"] + 1e-9
+    done = run_msopt("simulate", model, "-n", "2", "--host-profile", path, "--json")
+    assert done.returncode == 0, done.stderr
+    host = json.loads(done.stdout)["host"]
+    assert host["op_overhead_us"] == profile["op_overhead_us"] and host["launch_threads"] == profile["launch_threads"]
+    done = run_msopt("partition", model, "-n", "2", "--host-profile", path, "-o", tmp / "partitioned")
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_fit_recovers_host_constants_that_generated_the_times(sample_view):
+    """Times simulated with known host constants: the fit finds constants that explain them, and beats the defaults."""
+    import os
+    from dataclasses import replace
+
+    from msopt.plan import CostOptions, build_cost_model
+    from msopt.simulate import simulate
+    from msopt.tune.candidates import plan_candidates
+    from msopt.tune.fit import fit_host
+
+    model, view = sample_view("towers_tf1")
+    candidates, _, cost_model = plan_candidates(view, model, 3, CostOptions(batch_size=8), limit=6)
+    assert any(c.streams_used > 1 for c in candidates)
+    truth = build_cost_model(view, model, CostOptions(batch_size=8))
+    threads = max(os.cpu_count() or 1, 3)  # as the fit takes it: the host's logical CPUs, at least the streams
+    truth.target = replace(
+        truth.target, op_overhead_us=7.0, partition_overhead_us=300.0, launch_contention=0.6, launch_threads=threads
+    )
+    points = [(c, simulate(view, c.partition, c.streams, truth).makespan_us / 1000) for c in candidates]
+    fit = fit_host(view, cost_model, points)
+    assert fit["residual_rms_log"] < 0.05 and fit["error_after"] < 0.05 < fit["error_before"]
+    assert abs(fit["fitted"]["launch_contention"] - 0.6) < 0.2 and abs(fit["fitted"]["op_overhead_us"] - 7) < 2
+    assert set(fit["fitted"]) == {"op_overhead_us", "partition_overhead_us", "launch_contention"}
+
+
+def lane_row(lanes, records_per_s, spread, median_ms=1.0):
+    return {
+        "label": f"{lanes} lanes",
+        "lanes": lanes,
+        "verified": True,
+        "measured": {
+            "median_ms": median_ms,
+            "spread_ms": 0.1,
+            "records_per_s": {"median": records_per_s, "spread": spread},
+        },
+    }
+
+
+def test_more_lanes_must_beat_one_lane_by_more_than_the_spread():
+    from msopt.tune.choose import choose_lanes
+
+    assert choose_lanes([lane_row(1, 1000, 50), lane_row(2, 1040, 50)], 4)[0] == "1 lanes"
+    label, why = choose_lanes([lane_row(1, 1000, 50), lane_row(2, 1500, 50)], 4)
+    assert label == "2 lanes" and "more than the spread" in why
+    assert choose_lanes([lane_row(1, 1000, 5, 2.0), lane_row(2, 500, 5, 1.0)], 1)[0] == "2 lanes"  # C = 1: latency

@@ -59,6 +59,20 @@ def _bar(length):
     show_default=True,
     help="auto: the GPU when TensorFlow sees one, else logical CPU devices.",
 )
+@click.option(
+    "--lanes",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="Also measure the chosen plan on 1..K lanes (as run --lanes) under --concurrency client threads.",
+)
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(1, 1024),
+    default=1,
+    show_default=True,
+    help="Client threads driving the lane candidates; above 1 the figure is throughput, else latency.",
+)
 @click.option("--signature", default=None, help="Signature to tune (default: serving_default, or the only one).")
 @click.option("--costs-output", default=None, help="Where to write the measured costs (default: OUTPUT.costs.json).")
 @click.option("--report", default=None, help="Where to write the JSON report (default: OUTPUT.tune.json).")
@@ -80,6 +94,8 @@ def tune(
     max_candidates,
     rules,
     device,
+    lanes,
+    concurrency,
     signature,
     costs_output,
     report,
@@ -97,14 +113,19 @@ def tune(
     differs is discarded), measures them in interleaved rounds (A B C A B C ...) and keeps the
     fastest median. A multi-stream plan must beat one stream by more than the measured spread.
 
-    Writes the chosen model (devices set), its costs file (for partition --costs) and a report
-    (simulated vs measured time per candidate). Exit 1 when no candidate verifies; Ctrl-C keeps the
+    With --lanes K, the chosen plan is then measured on 1..K lanes under --concurrency C client
+    threads (every response checked bitwise), keeping the best throughput (C > 1) or latency.
+
+    Writes the chosen model (devices set), its costs file (for partition --costs), a host profile
+    fitted to the measured plans (OUTPUT.host_profile.json, for simulate/partition --host-profile)
+    and a report (simulated vs measured time per candidate). Exit 1 when no candidate verifies; Ctrl-C keeps the
     best candidate of the complete rounds. Figures measured on the CPU do not predict a GPU.
 
     \b
     Example:
       msopt tune sample_models/towers_tf1 --streams 2 --budget 120 -o /tmp/towers_tuned
       msopt run /tmp/towers_tuned --compare-to sample_models/towers_tf1
+      msopt tune sample_models/deepfm_tf2 -n 2 --lanes 2 --concurrency 4 -o /tmp/deepfm_tuned
     """
     from msopt.tune.config import TuneConfig
     from msopt.tune.report import text
@@ -125,6 +146,8 @@ def tune(
         rules=tuple(rules),
         target=target,
         device=device,
+        lanes=lanes,
+        concurrency=concurrency,
         signature=signature,
         costs_output=costs_output,
         report=report,

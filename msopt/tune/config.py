@@ -33,6 +33,8 @@ class TuneConfig:
     report: str | None = None  # default: <output>.tune.json
     force: bool = False
     tags: str | None = None
+    lanes: int | None = None  # lane counts 1..lanes measured for the chosen plan (None: no lane candidates)
+    concurrency: int = 1  # client threads driving the lane candidates
 
     def check(self):
         """InputError for options that cannot work, before anything loads."""
@@ -43,6 +45,15 @@ class TuneConfig:
         for name in ("batch_size", "rounds", "steps", "records", "max_candidates"):
             if getattr(self, name) < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.lanes is not None and not 1 <= self.lanes <= 256:
+            raise InputError(f"--lanes must be in [1, 256], got {self.lanes}")
+        if not 1 <= self.concurrency <= 1024:
+            raise InputError(f"--concurrency must be in [1, 1024], got {self.concurrency}")
+        if self.devices > 1024:
+            raise InputError(
+                f"--lanes {self.lane_count} x --streams {self.streams} = {self.devices} devices: at most 1024 devices "
+                "(lanes x streams) can be configured"
+            )
         if self.warmup < 0:
             raise InputError(f"--warmup must be at least 0, got {self.warmup}")
         if self.max_candidates < 1 + len(self.rules):
@@ -59,6 +70,20 @@ class TuneConfig:
     @property
     def costs_path(self):
         return self.costs_output or f"{str(self.output).rstrip('/')}.costs.json"
+
+    @property
+    def lane_count(self):
+        """Lanes measured at most: --lanes, else one with --concurrency above 1, else None (no lane candidates)."""
+        return self.lanes if self.lanes is not None else (1 if self.concurrency > 1 else None)
+
+    @property
+    def devices(self):
+        """Devices every candidate is loaded on: enough for the widest plan on the most lanes."""
+        return self.streams * (self.lane_count or 1)
+
+    @property
+    def host_profile_path(self):
+        return f"{str(self.output).rstrip('/')}.host_profile.json"
 
     @property
     def report_path(self):

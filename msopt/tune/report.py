@@ -84,12 +84,39 @@ def text(doc):
         )
         for difference in row.get("differences", [])[:1]:
             lines.append(f"      {difference['node'] + ': ' if difference['node'] else ''}{difference['why']}")
+    lanes = doc.get("lanes")
+    if lanes:
+        lines.append(f"  lanes of {lanes['plan']} ({lanes['figure']} is the figure):")
+        for row in lanes["candidates"]:
+            m = row["measured"]
+            figure = (
+                f"{m['records_per_s']['median']:.5g} records/s (spread {m['records_per_s']['spread']:.3g}), "
+                if m
+                else ""
+            )
+            latency = f"median {m['median_ms']:.4g} ms" if m else "not measured"
+            lines.append(
+                f"    {row['label']:<34} {figure}{latency}  {'verified' if row['verified'] else 'NO: ' + row['discarded']}"
+            )
+        lines.append(f"    chosen: {lanes['chosen']}: {lanes['why']}")
+    fit = doc.get("host_fit")
+    if fit:
+        values = ", ".join(f"{k} {v:g}" for k, v in fit["fitted"].items())
+        lines.append(
+            f"  host model fitted to {fit['points']} measured plan(s): {values} (launch_threads {fit['launch_threads']});"
+            f" residual {fit['residual_rms_log']:g} (rms log); simulator error {fit['error_before']:.1%} before, "
+            f"{fit['error_after']:.1%} after"
+        )
     if doc["not_measured"]:
         lines.append(f"  not measured: {len(doc['not_measured'])} plan(s) (see not_measured in --json)")
     lines.append(f"  chosen: {doc['chosen']}: {doc['why']}")
     if doc["output"]:
         lines.append(f"  wrote {doc['output']}, costs {doc['costs']}, report {doc.get('report')}")
+        if doc.get("host_profile"):
+            lines.append(f"  host profile {doc['host_profile']} (msopt simulate/partition --host-profile)")
         lines.append(f"  deploy with {doc['deploy']['session_config']}, or: {doc['deploy']['run']}")
+        if doc["deploy"].get("lanes"):
+            lines.append(f"  under concurrent requests: {doc['deploy']['lanes']}")
     else:
         lines.append("  wrote nothing")
     lines.append(f"  ratio = measured / simulated; {doc['simulated']}")

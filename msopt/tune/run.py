@@ -29,7 +29,7 @@ def tune(config, progress=lambda message: None, bar=None):
     deadline = started + config.budget if config.budget is not None else None
     model, view = open_model(config.model, config.tags)
     emit.check_output(model, config.output, config.force)
-    for path in (config.costs_path, config.report_path):
+    for path in (config.costs_path, config.report_path, config.host_profile_path):
         check_parent(path)
         if os.path.exists(path) and not config.force:
             raise InputError(f"{path}: output already exists (use --force to replace it)")
@@ -79,7 +79,7 @@ def _tune(config, model, view, work, stack, started, deadline, progress, bar):
     candidates, skipped, cost_model = plan_candidates(
         view, model, config.streams, cost, config.rules, config.max_candidates
     )
-    rows, steps = [], {}
+    rows, steps, runners = [], {}, {}
     for i, candidate in enumerate(candidates):
         progress(f"loading and verifying {candidate.label}")
         try:
@@ -94,6 +94,7 @@ def _tune(config, model, view, work, stack, started, deadline, progress, bar):
                 reporting.candidate_row(candidate, False, None, None, f"TensorFlow cannot run it: {error_line(e)}")
             )
             continue
+        runners[candidate.label] = runner
         identical, worst = _compare(expected, got)
         rows.append(reporting.candidate_row(candidate, identical, worst, None))
         if not identical and base.device_type == "cpu":  # why: what TensorFlow rewrote in one model only
@@ -113,7 +114,7 @@ def _tune(config, model, view, work, stack, started, deadline, progress, bar):
         _check_budget(config, started, deadline, "profiling, planning, loading and verifying", one_round)
         with _bar(bar, config.rounds * len(steps)) as progress_bar:
             tick = (lambda: progress_bar.update(1)) if progress_bar is not None else None
-            rounds = run_rounds(steps, config.rounds, config.steps, deadline, tick)
+            rounds = run_rounds(steps, config.rounds, config.steps, _half_way(deadline, config), tick)
         if rounds.stopped == "interrupted" and rounds.rounds == 0:
             raise KeyboardInterrupt
         for row in rows:
@@ -152,11 +153,89 @@ def _tune(config, model, view, work, stack, started, deadline, progress, bar):
         "session_config": f"msopt.stream.session_config({needed}, device_type={base.device_type!r})",
         "run": f"msopt run {config.output} --streams {needed}",
     }
+    if config.lane_count:
+        _tune_lanes(
+            config,
+            chosen,
+            needed,
+            runners[chosen.label],
+            signature,
+            feeds,
+            expected,
+            deadline,
+            stack,
+            doc,
+            progress,
+            bar,
+        )
     doc["elapsed_s"] = round(time.perf_counter() - started, 3)
     placement = base.layout if base.device_type == "gpu" and base.layout is not None else base.device_type
+    profile_doc = _fit(view, cost_model, candidates, rows, base.device_type, doc, progress)
     progress(f"writing {config.output}")
-    write_outputs(model, chosen, config, placement, costs, doc)
+    write_outputs(model, chosen, config, placement, costs, doc, profile_doc)
     return doc
+
+
+def _half_way(deadline, config):
+    """The plans' rounds end half way to the deadline when lane candidates are measured after them."""
+    if deadline is None or not config.lane_count:
+        return deadline
+    now = time.perf_counter()
+    return now + (deadline - now) / 2
+
+
+def _tune_lanes(config, chosen, streams, runner, signature, feeds, expected, deadline, stack, doc, progress, bar):
+    """The chosen plan on 1..K lanes under C threads: doc["lanes"] (rows, choice, why) and the deploy line."""
+    from msopt.graph import GraphView
+    from msopt.load import load
+    from msopt.runner.feeds import batch_of
+    from msopt.tune.choose import choose_lanes
+    from msopt.tune.lanes import measure_lanes
+
+    model = load(str(runner.candidate_path), config.tags)
+    batch = batch_of(feeds[0], config.batch_size)
+    with _bar(bar, config.rounds * config.lane_count) as progress_bar:
+        tick = (lambda: progress_bar.update(1)) if progress_bar is not None else None
+        rows, rounds = measure_lanes(
+            config, model, GraphView(model.graph_def), streams, signature, feeds, expected, batch, deadline, stack,
+            progress, tick,
+        )  # fmt: skip
+    label, why = choose_lanes(rows, config.concurrency)
+    doc["lanes"] = {
+        "plan": chosen.label,
+        "concurrency": config.concurrency,
+        "figure": "records_per_s" if config.concurrency > 1 else "median_ms",
+        "candidates": rows,
+        "rounds": {"done": rounds.rounds, "stopped": rounds.stopped} if rounds else {"done": 0, "stopped": None},
+        "chosen": label,
+        "why": why,
+    }
+    if label is not None:
+        k = next(r["lanes"] for r in rows if r["label"] == label)
+        doc["deploy"]["lanes"] = (
+            f"msopt run {config.output} --streams {streams} --lanes {k} --concurrency {config.concurrency}"
+        )
+    if rounds is not None and rounds.stopped == "interrupted":
+        doc["rounds"]["stopped"] = "interrupted"
+        doc["why"] += f"; Ctrl-C stopped the lane rounds after {rounds.rounds}"
+
+
+def _fit(view, cost_model, candidates, rows, device_type, doc, progress):
+    """The host model fitted to the measured plans (doc["host_fit"]); returns the host profile to write, or None."""
+    from msopt.tune.fit import fit_host, host_profile
+
+    by_label = {c.label: c for c in candidates}
+    points = [
+        (by_label[r["label"]], r["measured"]["median_ms"])
+        for r in rows
+        if r["verified"] and r.get("measured") and r["label"] in by_label and r["measured"]["median_ms"] > 0
+    ]
+    if not points:
+        doc["host_fit"] = None
+        return None
+    progress(f"fitting the host model to {len(points)} measured plan(s)")
+    doc["host_fit"] = fit_host(view, cost_model, points)
+    return host_profile(doc["host_fit"], device_type)
 
 
 def _load(model, candidate, config, folder, stack):
@@ -170,7 +249,8 @@ def _load(model, candidate, config, folder, stack):
     folder.mkdir()
     path = emit.write(model, candidate.partition, folder / Path(model.path).name, const_copies=candidate.const_copies)
     written = load(path, config.tags)
-    runner = Runner(written, GraphView(written.graph_def), config.streams, config.device)
+    runner = Runner(written, GraphView(written.graph_def), config.devices, config.device)
+    runner.candidate_path = path  # the lanes of the chosen plan load it again
     stack.callback(runner.close)  # closed in reverse order: each runner restores the directory it found
     return runner
 
