@@ -303,7 +303,12 @@ def _run(cm, streams, stream_of, record_waits, requests=None):
                         heapq.heappush(host, (executor_free[e], -1 - e))
                     continue
                 if pool[0] > ready:  # every pool thread is busy (fewer threads than streams): back when one is free
-                    heapq.heappush(host, (pool[0], i))
+                    if woken:  # the executor keeps its place: its oldest op stays first in line
+                        backlog[e].appendleft(i)
+                        waking[e] = True
+                        heapq.heappush(host, (pool[0], -1 - e))
+                    else:
+                        heapq.heappush(host, (pool[0], i))
                     continue
                 handled = ready + overhead
             if kernel[i]:

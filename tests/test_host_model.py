@@ -179,3 +179,32 @@ def test_a_bad_host_profile_is_one_line_and_exit_2(msopt, tmp_path, content, wor
     assert len(lines) == 1 and lines[0].startswith("msopt: error:") and str(path) in lines[0], result.stderr
     assert all(w in lines[0] for w in words), lines[0]
     assert not out.exists()
+
+
+def test_fewer_pool_threads_than_streams_never_stalls_the_host_loop():
+    """A woken executor whose op finds every pool thread busy kept requeueing behind its own backlog forever
+    (found by tune's host fit); the run must finish, in a child process so a regression fails instead of hanging."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        f"""
+        from dataclasses import replace
+        from msopt.load import open_model
+        from msopt.plan import CostOptions, PlanOptions, build_cost_model, make_plan
+        from msopt.simulate import simulate
+        loaded, view = open_model({str(SAMPLES / "towers_tf1")!r})
+        options = PlanOptions(streams=3, policy="chains", cost=CostOptions("v100", 1))
+        cm = build_cost_model(view, loaded, options.cost)
+        plan = make_plan(view, options, loaded, cm).partition
+        for threads in (1, 2):
+            slow = replace(cm.target, launch_threads=threads, op_overhead_us=100, partition_overhead_us=20,
+                           launch_contention=0)
+            print(simulate(view, plan, 3, cm.with_target(slow)).makespan_us)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    one, two = map(float, done.stdout.split())
+    assert one >= two > 0  # a second pool thread never slows the run
