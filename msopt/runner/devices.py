@@ -189,14 +189,21 @@ def _configure_gpus(tf, gpus, streams, memory_fraction, priorities, replicas):
     from msopt.runner.gpu_inventory import memory_mb
 
     plan = virtual_devices(memory_mb(len(gpus)), streams, memory_fraction, replicas, priorities)
-    for gpu, devices in zip(gpus, plan):
-        tf.config.set_logical_device_configuration(
-            gpu,
-            [
-                tf.config.LogicalDeviceConfiguration(memory_limit=limit, experimental_priority=priority)
-                for limit, priority in devices
-            ],
-        )
+    try:
+        for gpu, devices in zip(gpus, plan):
+            tf.config.set_logical_device_configuration(
+                gpu,
+                [
+                    tf.config.LogicalDeviceConfiguration(memory_limit=limit, experimental_priority=priority)
+                    for limit, priority in devices
+                ],
+            )
+    except RuntimeError:  # the context started already (a second configuration in one process, e.g. tune's lanes)
+        have = len(tf.config.list_logical_devices("GPU"))
+        if have < streams:
+            raise InputError(
+                f"TensorFlow's GPU context already started with {have} virtual GPUs; {streams} are needed"
+            ) from None
 
 
 def virtual_devices(totals, streams, memory_fraction=None, replicas=1, priorities=None):
