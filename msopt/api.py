@@ -274,9 +274,13 @@ def _as_written(view, result, cost_model, options, out, tags, written):
 
     from msopt.load import open_model
 
-    loaded_out, view_out = open_model(out, tags)
-    cost_out = build_cost_model(view_out, loaded_out, options.cost)
-    planned = make_plan(view_out, replace(options, policy="none"), loaded_out, cost_out)
+    try:
+        loaded_out, view_out = open_model(out, tags)
+        cost_out = build_cost_model(view_out, loaded_out, options.cost)
+        as_written = replace(options, policy="none", manual=ManualOptions())  # the stream ids it carries
+        planned = make_plan(view_out, as_written, loaded_out, cost_out)
+    except InputError:  # a model the loader reads only leniently: the plan's own figures
+        return view, result.partition, options.streams, cost_model
     return view_out, planned.partition, options.streams, cost_out
 
 

@@ -12,7 +12,7 @@ def run_with_lanes(config, loaded, view, streams, priorities, progress):
     from msopt.contents import signatures
     from msopt.runner.feeds import batch_of, choose_signature, make_records
     from msopt.runner.lanes import Lanes, can_share_weights, check_lane_options
-    from msopt.runner.layouts import process_memory
+    from msopt.runner.memory import process_memory
     from msopt.runner.timing import latency_summary
 
     lanes, concurrency = config.lanes or 1, config.concurrency

@@ -90,7 +90,7 @@ def run_here(config, loaded, view, streams, priorities, progress):
     from msopt.contents import signatures
     from msopt.runner.devices import bitwise_gpu_numerics
     from msopt.runner.feeds import batch_of, choose_signature, make_records
-    from msopt.runner.layouts import process_memory
+    from msopt.runner.memory import process_memory
     from msopt.runner.placed_model import Runner
     from msopt.runner.tensorflow_runtime import import_tensorflow
     from msopt.runner.timing import latency_summary, timed_steps
