@@ -166,7 +166,7 @@ def partition(
         "output": written and out,
         "elapsed_s": verified.pop("elapsed_s", round(time.perf_counter() - started, 3)),
     }
-    sim_view, sim_plan, _, sim_cost = _as_written(view, result, cost_model, options, out, tags, written)
+    sim_view, sim_plan, sim_cost = _as_written(view, result, cost_model, options, out, tags, written)
     document["simulated"] = simulated_figures(sim_view, sim_plan, streams, sim_cost, run_simulation)
     document.update(verified)
     if report:
@@ -266,10 +266,10 @@ def simulate(
 
 
 def _as_written(view, result, cost_model, options, out, tags, written):
-    """The view, plan, streams and cost model to simulate: the written model's when constants were copied into
+    """The view, plan and cost model to simulate: the written model's when constants were copied into
     streams (each stream then handles its own copy, which the host model times), else the plan's own."""
     if not (written and result.const_copies):
-        return view, result.partition, options.streams, cost_model
+        return view, result.partition, cost_model
     from dataclasses import replace
 
     from msopt.load import open_model
@@ -280,8 +280,8 @@ def _as_written(view, result, cost_model, options, out, tags, written):
         as_written = replace(options, policy="none", manual=ManualOptions())  # the stream ids it carries
         planned = make_plan(view_out, as_written, loaded_out, cost_out)
     except InputError:  # a model the loader reads only leniently: the plan's own figures
-        return view, result.partition, options.streams, cost_model
-    return view_out, planned.partition, options.streams, cost_out
+        return view, result.partition, cost_model
+    return view_out, planned.partition, cost_out
 
 
 def simulated_figures(view, partition, streams, cost_model, run_simulation) -> dict[str, Any]:

@@ -4,6 +4,7 @@ import sys
 
 import click
 
+from msopt.commands import options as opt
 from msopt.commands.echo import print_json, progress
 from msopt.commands.options import JSON, MODEL, TAGS, TARGET
 from msopt.errors import CheckFailed
@@ -59,19 +60,9 @@ def _bar(length):
     show_default=True,
     help="auto: the GPU when TensorFlow sees one, else logical CPU devices.",
 )
-@click.option(
-    "--lanes",
-    type=click.IntRange(1, 256),
-    default=None,
-    help="Also measure the chosen plan on 1..K lanes (as run --lanes) under --concurrency client threads.",
-)
-@click.option(
-    "--concurrency",
-    "-c",
-    type=click.IntRange(1, 1024),
-    default=1,
-    show_default=True,
-    help="Client threads driving the lane candidates; above 1 the figure is throughput, else latency.",
+@opt.lanes("Also measure the chosen plan on 1..K lanes (as run --lanes) under --concurrency client threads.")
+@opt.concurrency(
+    "Client threads driving the lane candidates; above 1 the figure is throughput, else latency.", default=1
 )
 @click.option("--signature", default=None, help="Signature to tune (default: serving_default, or the only one).")
 @click.option("--costs-output", default=None, help="Where to write the measured costs (default: OUTPUT.costs.json).")
