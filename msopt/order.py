@@ -1,54 +1,132 @@
-"""Orders over a DAG of op instances: the one topological sort and the one longest-path rank."""
+"""Orders over a DAG of op instances: the one topological sort and the one longest-path rank.
+
+Each walk is written once, as a loop over CSR arrays (``indptr``, ``indices``: v's successors are
+``indices[indptr[v]:indptr[v + 1]]``). The planner runs it compiled (msopt.jit, over numpy
+arrays); the input checks of ``msopt inspect`` run the same function interpreted over Python
+lists (``kahn_order``), so that inspecting a model imports neither numpy nor numba.
+"""
+
+from functools import cache
 
 
-def kahn_order(succs, indegree, seeds=None):
+def _walk(indptr, indices, pending, order, placed, release):
+    """Kahn's walk, first ready first served, into ``order``; returns how many vertices it placed.
+
+    ``pending[v]`` counts v's entries in ``indices`` (consumed). With ``release``, a walk stopped by a
+    cycle releases the earliest waiting vertex (its remaining inputs no longer count) and goes on.
+    """
+    n = len(pending)
+    count = 0
+    for v in range(n):
+        if pending[v] == 0:
+            order[count] = v
+            count += 1
+    head = 0
+    scan = 0
+    while True:
+        while head < count:
+            v = order[head]
+            placed[v] = True
+            for j in range(indptr[v], indptr[v + 1]):
+                w = indices[j]
+                pending[w] -= 1
+                if pending[w] == 0:
+                    order[count] = w
+                    count += 1
+            head += 1
+        if count >= n or not release:
+            return count
+        while placed[scan]:
+            scan += 1
+        pending[scan] = 0
+        order[count] = scan
+        count += 1
+
+
+def _longest(order, indptr, indices, cost, rank):
+    """Fills ``rank``: per vertex the longest cost path to a sink, its own cost included, ``order`` walked backwards."""
+    for k in range(len(order) - 1, -1, -1):
+        v = order[k]
+        best = 0.0
+        for j in range(indptr[v], indptr[v + 1]):
+            if rank[indices[j]] > best:
+                best = rank[indices[j]]
+        rank[v] = best + cost[v]
+
+
+@cache
+def _compiled():
+    from msopt.jit import compiled
+
+    return compiled(_walk), compiled(_longest)
+
+
+# -- over CSR arrays (numpy), compiled -----------------------------------------------------------
+
+
+def csr(lists):
+    """(indptr, indices) int64 arrays of a list of lists (``lists[v]`` in order)."""
+    from itertools import chain
+
+    import numpy as np
+
+    counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    indptr = np.zeros(len(lists) + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    indices = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=int(indptr[-1]))
+    return indptr, indices
+
+
+def topological_array(indptr, indices, pending):
+    """Every vertex once, in Kahn's order (TensorFlow's executor finds ready ops first come first served), as an
+    int64 array. Left with a cycle (a malformed graph), the earliest waiting vertex is released and the walk
+    goes on. ``pending`` (per vertex, its entries in ``indices``) is copied, not consumed."""
+    import numpy as np
+
+    n = len(pending)
+    order = np.empty(n, dtype=np.int64)
+    walk = _compiled()[0]
+    walk(indptr, indices, np.array(pending, dtype=np.int64), order, np.zeros(n, dtype=np.bool_), True)
+    return order
+
+
+def longest_array(order, indptr, indices, cost):
+    """Per vertex, the longest cost path from it to any sink, its own cost included (HEFT's upward rank), as a
+    float64 array; ``order`` is a topological order."""
+    import numpy as np
+
+    rank = np.zeros(len(indptr) - 1, dtype=np.float64)
+    _compiled()[1](np.asarray(order, dtype=np.int64), indptr, indices, np.asarray(cost, dtype=np.float64), rank)
+    return rank
+
+
+# -- over Python lists (the callers' form) -------------------------------------------------------
+
+
+def kahn_order(succs, indegree):
     """Kahn's order, first ready first served, of the vertices no cycle holds back (``indegree`` is consumed).
 
     ``succs[v]`` lists v's consumers (an edge listed twice counts twice), ``indegree[v]`` how many
-    entries of ``succs`` name v. ``seeds`` (default: every vertex of indegree 0) start the walk.
+    entries of ``succs`` name v. Interpreted, over lists: the input checks run it without numpy or numba.
     """
-    order = [v for v, d in enumerate(indegree) if d == 0] if seeds is None else list(seeds)
-    i = 0
-    while i < len(order):
-        for w in succs[order[i]]:
-            indegree[w] -= 1
-            if indegree[w] == 0:
-                order.append(w)
-        i += 1
+    n = len(succs)
+    indptr = [0] * (n + 1)
+    for v, ws in enumerate(succs):
+        indptr[v + 1] = indptr[v] + len(ws)
+    indices = [w for ws in succs for w in ws]
+    order = [0] * n
+    count = _walk(indptr, indices, indegree, order, [False] * n, False)
+    del order[count:]
     return order
 
 
 def topological_order(succs, indegree):
-    """Every vertex once, in Kahn's order (TensorFlow's executor finds ready ops first come first served).
-
-    Left with a cycle (a malformed graph), the earliest waiting vertex is released and the walk goes on.
-    """
-    n = len(succs)
-    pending = list(indegree)
-    order = kahn_order(succs, pending)
-    if len(order) < n:
-        placed = [False] * n
-        for v in order:
-            placed[v] = True
-        scan = 0
-        while len(order) < n:
-            while placed[scan]:
-                scan += 1
-            pending[scan] = 0  # released: its remaining inputs no longer count
-            more = kahn_order(succs, pending, seeds=[scan])
-            for v in more:
-                placed[v] = True
-            order.extend(more)
-    return order
+    """``topological_array`` over lists: every vertex once, in Kahn's order, cycles released earliest first."""
+    indptr, indices = csr(succs)
+    return topological_array(indptr, indices, indegree).tolist()
 
 
 def longest_to_sink(order, succs, cost):
-    """Per vertex, the longest cost path from it to any sink, its own cost included (HEFT's upward rank)."""
-    rank = [0.0] * len(succs)
-    for v in reversed(order):
-        best = 0.0
-        for w in succs[v]:
-            if rank[w] > best:
-                best = rank[w]
-        rank[v] = best + cost[v]
-    return rank
+    """``longest_array`` over lists: per vertex, the longest cost path from it to any sink, its own cost included."""
+    indptr, indices = csr(succs)
+    return longest_array(order, indptr, indices, cost).tolist()

@@ -23,19 +23,17 @@
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import replace
 
 from msopt.constraints import apply
 from msopt.gc_pause import gc_paused
-from msopt.order import longest_to_sink
+from msopt.list_schedule import schedule
 from msopt.rules import RuleOptions, RuleResult
-from msopt.rules.chains import chains, greedy_path_cover, minimum_chains
+from msopt.rules.chains import chains, minimum_chains
 from msopt.rules.collective import collective
 from msopt.rules.embedding import embedding
 from msopt.rules.stage import stage
 from msopt.rules.towers import towers
-from msopt.rules.walk import Dag
 from msopt.simulate import simulate
 
 RULE_CANDIDATES = {"chains": chains, "embedding": embedding, "towers": towers, "stage": stage, "collective": collective}
@@ -148,132 +146,6 @@ def run_rule(name, view, options, cost):
     rule = RULE_CANDIDATES.get(name) or EXTRA_CANDIDATES[name]
     result = rule(view, replace(options, node_costs=node_costs))
     return result.partition if isinstance(result, RuleResult) else result
-
-
-def schedule(cost, streams, chained=False, by_rank=True):
-    """{node key: stream} from list scheduling the cost model's op instances on ``streams`` streams.
-
-    With ``chained``, the ops are first cut into chains (a path cover, as policy chains does)
-    and only a chain's first op chooses a stream; the rest of the chain follows it. Op by op,
-    an early choice that saves a microsecond can pin a whole branch to a busy stream; chains
-    keep branches whole, so the two variants win on different graphs. Without ``by_rank`` the
-    ops are taken in the cost model's order (TensorFlow's ready order) instead of by priority:
-    no heap, for very large graphs.
-    """
-    t, target = cost.tasks, cost.target
-    n = len(t.key)
-    preds = [list(dict.fromkeys([src for src, _ in t.inputs[i]] + t.control[i])) for i in range(n)]
-    succs = [[] for _ in range(n)]
-    for i, ps in enumerate(preds):
-        for p in ps:
-            succs[p].append(i)
-    duration, share, kernel, neutral = cost.duration, cost.share, cost.kernel, cost.neutral
-    chain_of = chain_stream = None
-    if chained:
-        dag = Dag()
-        dag.keys, dag.preds, dag.succs, dag.order = t.key, preds, succs, list(range(n))
-        chain_of = greedy_path_cover(dag)
-        chain_stream = {}
-        chain_work = {}
-        for i, c in enumerate(chain_of):
-            chain_work[c] = chain_work.get(c, 0.0) + duration[i] + (target.launch_us if kernel[i] else 0.0)
-        committed = [0.0] * streams  # when each stream would be done with the chains given to it so far
-    sync = target.sync_us + target.copy_latency_us
-    per_byte = 1.0 / (target.copy_gbs * 1e3)  # microseconds per byte
-    out_bytes = [max(b) if b else 0 for b in cost.out_bytes]
-    # Tasks are numbered in a topological order.
-    rank = longest_to_sink(range(n), succs, duration) if by_rank else None
-    finish = [0.0] * n
-    issued = [0.0] * n  # when the host launched the op (or passed it through)
-    stream_of = [0] * n
-    free = [k * target.partition_overhead_us for k in range(streams)]  # each further executor starts later
-    host = 0.0
-    launch = target.launch_us
-    work = 0.0  # GPU-microseconds issued so far: nothing finishes before work / 1 GPU
-    all_streams = range(streams)
-    for i in _priority_order(preds, succs, rank) if by_rank else range(n):
-        ps = preds[i]
-        if chained:
-            c = chain_of[i]
-            if c not in chain_stream:  # a chain's first op: the stream that would finish the whole chain first
-                chain_stream[c] = _chain_home(ps, finish, stream_of, neutral, committed, chain_work[c], sync)
-                committed[chain_stream[c]] = max(committed[chain_stream[c]], finish_of(ps, finish)) + chain_work[c]
-            choices = (chain_stream[c],)
-        else:
-            linked = [stream_of[p] for p in ps if not neutral[p]]
-            idle = min(all_streams, key=free.__getitem__)
-            choices = set(linked)
-            choices.add(idle)
-        best = None
-        for s in choices:
-            # The host may launch i once a same-stream input is launched (the stream keeps the order),
-            # but must see a cross-stream input done on the device, synced and copied.
-            host_ready = device_ready = 0.0
-            for p in ps:
-                if neutral[p] or stream_of[p] == s:
-                    if issued[p] > host_ready:
-                        host_ready = issued[p]
-                    if finish[p] > device_ready:
-                        device_ready = finish[p]
-                else:
-                    arrive = finish[p] + sync + out_bytes[p] * per_byte
-                    if arrive > host_ready:
-                        host_ready = arrive
-            if kernel[i]:
-                launched = (host if host > host_ready else host_ready) + launch
-                end = max(free[s], launched, device_ready) + duration[i]
-                if work + duration[i] * share[i] > end:
-                    end = work + duration[i] * share[i]
-            else:
-                launched, end = host_ready, max(host_ready, device_ready)
-            key = (end, not any(stream_of[p] == s for p in ps), s)
-            if best is None or key < best[0]:
-                best = (key, s, end, launched)
-        _, s, end, launched = best
-        stream_of[i], finish[i], issued[i] = s, end, launched
-        if kernel[i]:
-            host = launched
-            free[s] = end
-            work += duration[i] * share[i]
-    plan = {}
-    for i, key in enumerate(t.key):
-        plan.setdefault(key, stream_of[i])
-    return plan
-
-
-def _priority_order(preds, succs, rank):
-    """A topological order that always takes the ready op with the longest path still ahead of it."""
-    waiting = [len(ps) for ps in preds]
-    queue = [(-rank[i], i) for i in range(len(preds)) if waiting[i] == 0]
-    heapq.heapify(queue)
-    pop, push = heapq.heappop, heapq.heappush
-    while queue:
-        i = pop(queue)[1]
-        yield i
-        for w in succs[i]:
-            waiting[w] -= 1
-            if waiting[w] == 0:
-                push(queue, (-rank[w], w))
-
-
-def finish_of(preds, finish):
-    return max((finish[p] for p in preds), default=0.0)
-
-
-def _chain_home(preds, finish, stream_of, neutral, committed, work, sync):
-    """The stream on which a chain starting after ``preds`` would end first, given the chains already there."""
-    best = None
-    for s in range(len(committed)):
-        ready = 0.0
-        for p in preds:
-            arrive = finish[p] + (0.0 if neutral[p] or stream_of[p] == s else sync)
-            ready = max(ready, arrive)
-        end = max(committed[s], ready) + work
-        linked = any(stream_of[p] == s for p in preds if not neutral[p])
-        key = (end, not linked, s)
-        if best is None or key < best[0]:
-            best = (key, s)
-    return best[1]
 
 
 def compact(plan):
