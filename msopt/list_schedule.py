@@ -14,6 +14,7 @@ every stream count.
 from __future__ import annotations
 
 import weakref
+from itertools import chain
 
 import numpy as np
 
@@ -81,13 +82,15 @@ class _Arrays:
         self.share = np.asarray(cost.share, dtype=np.float64)
         self.kernel = np.asarray(cost.kernel, dtype=np.bool_)
         self.neutral = np.asarray(cost.neutral, dtype=np.bool_)
-        self.out_bytes = np.fromiter((max(b) if b else 0 for b in cost.out_bytes), dtype=np.int64, count=n)
-        self.out_bytes = self.out_bytes.astype(np.float64)
-        first = {}
-        for i, key in enumerate(t.key):  # the plan keeps a node's first instance's stream
-            first.setdefault(key, i)
-        self.plan_keys = list(first)
-        self.plan_tasks = np.fromiter(first.values(), dtype=np.int64, count=len(first))
+        self.out_bytes = _largest(cost.out_bytes)
+        self.plan_keys = list(dict.fromkeys(t.key))  # the plan keeps a node's first instance's stream
+        if len(self.plan_keys) == n:  # one instance per node
+            self.plan_tasks = np.arange(n, dtype=np.int64)
+        else:
+            first = {}
+            for i, key in enumerate(t.key):
+                first.setdefault(key, i)
+            self.plan_tasks = np.fromiter(first.values(), dtype=np.int64, count=len(first))
         self._rank = self._order = self._chains = None
 
     def rank(self):
@@ -117,22 +120,51 @@ def _unique_preds(t):
     """CSR (indptr, indices) of each task's predecessors: its data inputs' tasks, then its control inputs, each
     once (first occurrence kept, in that order)."""
     n = len(t.key)
-    in_ptr, in_src = csr([[src for src, _ in inputs] for inputs in t.inputs])
+    in_count = np.fromiter(map(len, t.inputs), dtype=np.int64, count=n)
+    in_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(in_count, out=in_ptr[1:])
+    in_src = np.fromiter((s for inputs in t.inputs for s, _ in inputs), dtype=np.int64, count=int(in_ptr[-1]))
     ctl_ptr, ctl_src = csr(t.control)
-    rows = np.concatenate(
-        (np.repeat(np.arange(n, dtype=np.int64), np.diff(in_ptr)), np.repeat(np.arange(n), np.diff(ctl_ptr)))
-    )
-    src = np.concatenate((in_src, ctl_src))
-    merged = np.argsort(rows, kind="stable")  # per task: its data inputs, then its control inputs
-    rows, src = rows[merged], src[merged]
-    position = np.arange(len(src))
-    by_pair = np.lexsort((position, src, rows))  # equal (task, predecessor) pairs together, first one first
-    repeat = np.zeros(len(src), dtype=np.bool_)
-    repeat[by_pair[1:]] = (rows[by_pair[1:]] == rows[by_pair[:-1]]) & (src[by_pair[1:]] == src[by_pair[:-1]])
-    keep = ~repeat
     indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows[keep], minlength=n), out=indptr[1:])
-    return indptr, src[keep].astype(np.int64)
+    indices = np.empty(len(in_src) + len(ctl_src), dtype=np.int64)
+    size = _merge_unique(in_ptr, in_src, ctl_ptr, ctl_src, indptr, indices)
+    return indptr, indices[:size].copy()
+
+
+@compiled
+def _merge_unique(in_ptr, in_src, ctl_ptr, ctl_src, indptr, indices):
+    """Fills ``indptr`` and ``indices`` with each row's data then control sources, repeats dropped; returns the
+    number of entries."""
+    n = len(in_ptr) - 1
+    last_row = np.full(n, -1, dtype=np.int64)  # the row that last listed the vertex
+    size = 0
+    for v in range(n):
+        for j in range(in_ptr[v], in_ptr[v + 1]):
+            u = in_src[j]
+            if last_row[u] != v:
+                last_row[u] = v
+                indices[size] = u
+                size += 1
+        for j in range(ctl_ptr[v], ctl_ptr[v + 1]):
+            u = ctl_src[j]
+            if last_row[u] != v:
+                last_row[u] = v
+                indices[size] = u
+                size += 1
+        indptr[v + 1] = size
+    return size
+
+
+def _largest(lists):
+    """Per list, its largest value (0 if empty) as float64: the bytes of an op's largest output."""
+    counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    values = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=int(counts.sum()))
+    out = np.zeros(len(lists), dtype=np.int64)
+    full = counts > 0
+    if values.size:
+        starts = (np.cumsum(counts) - counts)[full]
+        out[full] = np.maximum.reduceat(values, starts)
+    return out.astype(np.float64)
 
 
 def _successors(pred_ptr, pred_idx, n):
