@@ -239,3 +239,112 @@ def _chain_home(preds, finish, stream_of, neutral, committed, work, sync):
         if best is None or key < best[0]:
             best = (key, s)
     return best[1]
+
+
+def path_cover(dag):
+    """Chain id per vertex: a minimum vertex-disjoint path cover along the DAG's edges.
+
+    A maximum matching of (vertex, successor) pairs (Hopcroft-Karp, scipy.sparse.csgraph), exact
+    in O(E sqrt(V)): each matched pair is one chain step, so n - |matching| chains, the fewest
+    any path cover along the edges has. Only edges going forward in ``dag.order`` count, so a
+    chain never closes a cycle. Chains are numbered by their first vertex in ``dag.order``.
+    """
+    import numpy as np
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import maximum_bipartite_matching
+
+    n = len(dag)
+    if n == 0:
+        return []
+    order = np.asarray(dag.order, dtype=np.int64)
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n)
+    counts = np.fromiter((len(p) for p in dag.preds), dtype=np.int64, count=n)
+    dst = np.repeat(np.arange(n, dtype=np.int64), counts)
+    src = np.fromiter((u for p in dag.preds for u in p), dtype=np.int64, count=int(counts.sum()))
+    forward = position[src] < position[dst]
+    src, dst = src[forward], dst[forward]
+    edges = csr_matrix((np.ones(len(src), dtype=np.int8), (src, dst)), shape=(n, n))
+    edges.sum_duplicates()
+    after = maximum_bipartite_matching(edges, perm_type="column")  # per vertex: its successor on its chain, or -1
+    before = np.full(n, -1, dtype=np.int64)
+    matched = after >= 0
+    before[after[matched]] = np.flatnonzero(matched)
+    # A chain's id is its head's rank among the heads in dag.order; the rest of a chain follow their head.
+    chain_of = np.full(n, -1, dtype=np.int64)
+    heads = order[before[order] < 0]
+    chain_of[heads] = np.arange(len(heads))
+    step = heads
+    while len(step):
+        step = after[step]
+        step = step[step >= 0]
+        chain_of[step] = chain_of[before[step]]
+    return chain_of.tolist()
+
+
+def fold(dag, chain_of, cost, streams):
+    """Stream per vertex: chains laid on at most ``streams`` streams as intervals (see the module docstring)."""
+    start, finish = earliest_times(dag, cost)
+    count = max(chain_of, default=-1) + 1
+    first = [float("inf")] * count
+    last = [0.0] * count
+    work = [0.0] * count
+    for v, c in enumerate(chain_of):
+        if start[v] < first[c]:
+            first[c] = start[v]
+        if finish[v] > last[c]:
+            last[c] = finish[v]
+        work[c] += cost[v]
+    # Chains longest-first within one start time, so the critical chain lands on stream 0.
+    ordered = sorted(range(count), key=lambda c: (first[c], -work[c], c))
+    stream_of_chain = [0] * count
+    free_at = [(0.0, s) for s in range(streams)]  # (time the stream's last chain ends, stream)
+    neighbours = _chain_neighbours(dag, chain_of) if streams > 1 else None
+    for c in ordered:
+        idle = [s for end, s in free_at if end <= first[c]]
+        if idle:
+            s = _most_linked(idle, neighbours.get(c) if neighbours else None, stream_of_chain)
+        else:
+            s = min(free_at)[1]
+        stream_of_chain[c] = s
+        free_at[s] = (max(free_at[s][0], first[c]) + max(last[c] - first[c], 0.0), s)
+    return [stream_of_chain[c] for c in chain_of]
+
+
+def _chain_neighbours(dag, chain_of):
+    """{chain: {earlier chain: edges between them}}, counting only edges into a chain from already placed ones."""
+    links = {}
+    for v, ps in enumerate(dag.preds):
+        c = chain_of[v]
+        for u in ps:
+            d = chain_of[u]
+            if d != c:
+                inner = links.setdefault(c, {})
+                inner[d] = inner.get(d, 0) + 1
+    return links
+
+
+def _most_linked(candidates, linked, stream_of_chain):
+    if not linked:
+        return candidates[0]
+    weight = dict.fromkeys(candidates, 0)
+    for chain, edges in linked.items():
+        s = stream_of_chain[chain]
+        if s in weight:
+            weight[s] += edges
+    return max(candidates, key=lambda s: (weight[s], -s))
+
+
+def earliest_times(dag, cost):
+    """(start, finish) per vertex with unlimited streams and free syncs: the ASAP schedule."""
+    start = [0.0] * len(dag)
+    finish = [0.0] * len(dag)
+    preds = dag.preds
+    for v in dag.order:
+        s = 0.0
+        for u in preds[v]:
+            if finish[u] > s:
+                s = finish[u]
+        start[v] = s
+        finish[v] = s + cost[v]
+    return start, finish

@@ -13,8 +13,9 @@ import reference_schedules as ref
 from msopt.flat import Tasks
 from msopt.list_schedule import arrays, schedule
 from msopt.order import kahn_order, longest_to_sink, topological_order
-from msopt.rules.chains import greedy_path_cover
-from msopt.rules.walk import Dag, flatten
+from msopt.rules import RuleOptions
+from msopt.rules.chains import chains, fold, greedy_path_cover, minimum_chains, path_cover
+from msopt.rules.walk import Dag, flatten, vertex_costs
 from msopt.targets import DEFAULT_TARGET, TARGETS
 
 SAMPLE_DIR = Path(__file__).resolve().parent.parent / "sample_models"
@@ -181,6 +182,31 @@ def test_cost_model_on_another_target_gets_its_own_schedule(sample_cost):
     slow = cost.with_target(replace(TARGETS[DEFAULT_TARGET], sync_us=500.0, copy_latency_us=500.0))
     for c in (cost, slow, cost):
         assert schedule(c, 4) == ref.schedule(c, 4)
+
+
+def test_path_covers_and_folds_match_the_reference_on_random_dags():
+    rng = random.Random(13)
+    for trial in range(200):
+        dag = random_dag(rng, rng.randint(0, 80), cycles=trial % 3 == 2)
+        cover = path_cover(dag)
+        assert cover == ref.path_cover(dag), trial
+        cost = [rng.choice((0.0, 1.0, 2.0)) if trial % 2 else rng.uniform(0, 5) for _ in range(len(dag))]
+        for chain_of in (cover, ref.greedy_path_cover(dag)):
+            for streams in range(1, 9):
+                assert fold(dag, chain_of, cost, streams) == ref.fold(dag, chain_of, cost, streams), (trial, streams)
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_sample_models_chain_plans_match_the_reference(sample_view, name):
+    model, view = sample_view(name)
+    dag = flatten(view)
+    for streams in (1, 2, 4, 8):
+        options = RuleOptions(streams=streams)
+        cost = vertex_costs(view, dag, options)
+        want = dag.partition(ref.fold(dag, ref.greedy_path_cover(dag), cost, streams), view)
+        assert chains(view, options) == want
+        want = dag.partition(ref.fold(dag, ref.path_cover(dag), cost, streams), view)
+        assert minimum_chains(view, options) == want
 
 
 def test_importing_msopt_and_inspect_do_not_import_numba():

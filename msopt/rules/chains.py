@@ -22,7 +22,7 @@ import numpy as np
 
 from msopt.jit import compiled
 from msopt.order import csr
-from msopt.rules.walk import earliest_times, flatten, vertex_costs
+from msopt.rules.walk import flatten, vertex_costs
 
 
 def chains(view, options):
@@ -48,7 +48,6 @@ def path_cover(dag):
     any path cover along the edges has. Only edges going forward in ``dag.order`` count, so a
     chain never closes a cycle. Chains are numbered by their first vertex in ``dag.order``.
     """
-    import numpy as np
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import maximum_bipartite_matching
 
@@ -58,9 +57,8 @@ def path_cover(dag):
     order = np.asarray(dag.order, dtype=np.int64)
     position = np.empty(n, dtype=np.int64)
     position[order] = np.arange(n)
-    counts = np.fromiter((len(p) for p in dag.preds), dtype=np.int64, count=n)
-    dst = np.repeat(np.arange(n, dtype=np.int64), counts)
-    src = np.fromiter((u for p in dag.preds for u in p), dtype=np.int64, count=int(counts.sum()))
+    pred_ptr, src = csr(dag.preds)
+    dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(pred_ptr))
     forward = position[src] < position[dst]
     src, dst = src[forward], dst[forward]
     edges = csr_matrix((np.ones(len(src), dtype=np.int8), (src, dst)), shape=(n, n))
@@ -69,15 +67,8 @@ def path_cover(dag):
     before = np.full(n, -1, dtype=np.int64)
     matched = after >= 0
     before[after[matched]] = np.flatnonzero(matched)
-    # A chain's id is its head's rank among the heads in dag.order; the rest of a chain follow their head.
     chain_of = np.full(n, -1, dtype=np.int64)
-    heads = order[before[order] < 0]
-    chain_of[heads] = np.arange(len(heads))
-    step = heads
-    while len(step):
-        step = after[step]
-        step = step[step >= 0]
-        chain_of[step] = chain_of[before[step]]
+    _number_chains(order, before, chain_of)
     return chain_of.tolist()
 
 
@@ -177,6 +168,13 @@ def _greedy_cover(order, pred_ptr, pred_idx, pending, depth_limit, chain_of):
                 continue
             top -= 1
             returning = True
+    _number_chains(order, before, chain_of)
+
+
+@compiled
+def _number_chains(order, before, chain_of):
+    """A chain's id is its head's rank among the heads in ``order``; the rest of a chain follow the vertex before
+    them (a vertex whose chain predecessor comes later in ``order``, behind a released cycle, keeps -1)."""
     chains = 0
     for k in range(len(order)):
         v = order[k]
@@ -188,53 +186,99 @@ def _greedy_cover(order, pred_ptr, pred_idx, pending, depth_limit, chain_of):
 
 
 def fold(dag, chain_of, cost, streams):
-    """Stream per vertex: chains laid on at most ``streams`` streams as intervals (see the module docstring)."""
-    start, finish = earliest_times(dag, cost)
-    count = max(chain_of, default=-1) + 1
-    first = [float("inf")] * count
-    last = [0.0] * count
-    work = [0.0] * count
-    for v, c in enumerate(chain_of):
+    """Stream per vertex: chains laid on at most ``streams`` streams as intervals (see the module docstring).
+
+    A chain id -1 (a vertex whose chain runs through a released cycle) counts as the last chain."""
+    pred_ptr, pred_idx = csr(dag.preds)
+    chain_of = np.asarray(chain_of, dtype=np.int64)
+    count = int(chain_of.max(initial=-1)) + 1
+    first = np.full(count, np.inf)  # per chain: its earliest start, latest finish and total time
+    last = np.zeros(count)
+    work = np.zeros(count)
+    _spans(
+        np.asarray(dag.order, dtype=np.int64),
+        pred_ptr,
+        pred_idx,
+        chain_of,
+        np.asarray(cost, dtype=np.float64),
+        first,
+        last,
+        work,
+    )
+    # Chains longest-first within one start time, so the critical chain lands on stream 0.
+    ordered = np.lexsort((np.arange(count), -work, first))
+    members = np.argsort(chain_of, kind="stable")  # vertices by chain, chain -1 first
+    member_ptr = np.searchsorted(chain_of[members], np.arange(-1, count + 1))
+    stream_of = np.zeros(len(chain_of), dtype=np.int64)
+    _fold(ordered, members, member_ptr, pred_ptr, pred_idx, chain_of, first, last, streams, stream_of)
+    return stream_of.tolist()
+
+
+@compiled
+def _spans(order, pred_ptr, pred_idx, chain_of, cost, first, last, work):
+    """Per chain, the earliest start and latest finish of its vertices in the earliest-start schedule (unlimited
+    streams, free syncs) and their total time."""
+    n = len(chain_of)
+    count = len(first)
+    start = np.zeros(n)
+    finish = np.zeros(n)
+    for k in range(len(order)):
+        v = order[k]
+        ready = 0.0
+        for j in range(pred_ptr[v], pred_ptr[v + 1]):
+            if finish[pred_idx[j]] > ready:
+                ready = finish[pred_idx[j]]
+        start[v] = ready
+        finish[v] = ready + cost[v]
+    for v in range(n):
+        c = chain_of[v] if chain_of[v] >= 0 else chain_of[v] + count
         if start[v] < first[c]:
             first[c] = start[v]
         if finish[v] > last[c]:
             last[c] = finish[v]
         work[c] += cost[v]
-    # Chains longest-first within one start time, so the critical chain lands on stream 0.
-    ordered = sorted(range(count), key=lambda c: (first[c], -work[c], c))
-    stream_of_chain = [0] * count
-    free_at = [(0.0, s) for s in range(streams)]  # (time the stream's last chain ends, stream)
-    neighbours = _chain_neighbours(dag, chain_of) if streams > 1 else None
-    for c in ordered:
-        idle = [s for end, s in free_at if end <= first[c]]
-        if idle:
-            s = _most_linked(idle, neighbours.get(c) if neighbours else None, stream_of_chain)
+
+
+@compiled
+def _fold(ordered, members, member_ptr, pred_ptr, pred_idx, chain_of, first, last, streams, stream_of):
+    """Fills ``stream_of``: each chain in turn to the idle stream (its last chain ended by the chain's start)
+    holding most of the chain's inputs (the lowest among equals), else to the stream free first."""
+    count = len(first)
+    stream_of_chain = np.zeros(count, dtype=np.int64)
+    free_at = np.zeros(streams)  # when the stream's last chain ends
+    weight = np.zeros(streams, dtype=np.int64)
+    for q in range(count):
+        c = ordered[q]
+        s = -1
+        for t in range(streams):
+            if free_at[t] <= first[c]:
+                s = t
+                break
+        if s >= 0:
+            for t in range(streams):
+                weight[t] = 0
+            for m in range(member_ptr[c + 1], member_ptr[c + 2]):  # chain c's vertices
+                v = members[m]
+                for j in range(pred_ptr[v], pred_ptr[v + 1]):
+                    d = chain_of[pred_idx[j]]
+                    if d != c:
+                        weight[stream_of_chain[d if d >= 0 else d + count]] += 1
+            for t in range(s + 1, streams):
+                if free_at[t] <= first[c] and weight[t] > weight[s]:
+                    s = t
         else:
-            s = min(free_at)[1]
+            s = 0
+            for t in range(1, streams):
+                if free_at[t] < free_at[s]:
+                    s = t
         stream_of_chain[c] = s
-        free_at[s] = (max(free_at[s][0], first[c]) + max(last[c] - first[c], 0.0), s)
-    return [stream_of_chain[c] for c in chain_of]
-
-
-def _chain_neighbours(dag, chain_of):
-    """{chain: {earlier chain: edges between them}}, counting only edges into a chain from already placed ones."""
-    links = {}
-    for v, ps in enumerate(dag.preds):
+        end = free_at[s]
+        if first[c] > end:
+            end = first[c]
+        span = last[c] - first[c]
+        if 0.0 > span:
+            span = 0.0
+        free_at[s] = end + span
+    for v in range(len(chain_of)):
         c = chain_of[v]
-        for u in ps:
-            d = chain_of[u]
-            if d != c:
-                inner = links.setdefault(c, {})
-                inner[d] = inner.get(d, 0) + 1
-    return links
-
-
-def _most_linked(candidates, linked, stream_of_chain):
-    if not linked:
-        return candidates[0]
-    weight = dict.fromkeys(candidates, 0)
-    for chain, edges in linked.items():
-        s = stream_of_chain[chain]
-        if s in weight:
-            weight[s] += edges
-    return max(candidates, key=lambda s: (weight[s], -s))
+        stream_of[v] = stream_of_chain[c if c >= 0 else c + count]
