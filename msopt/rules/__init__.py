@@ -7,6 +7,7 @@ is listed here too, but it is a search above the rules (msopt.rules.auto), run b
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 from dataclasses import dataclass, field
 from importlib import import_module
 
@@ -78,6 +79,7 @@ class RuleOptions:
 
     streams: int
     node_costs: Mapping[str, float] | None = None  # {node key: time}; None: one unit per kernel
+    run: Any = None  # the flattened run to plan (msopt.flat.Tasks); None: the run of every main-graph node
     manual: ManualOptions = field(default_factory=ManualOptions)
     stage: StageOptions = field(default_factory=StageOptions)
     collective: CollectiveOptions = field(default_factory=CollectiveOptions)
