@@ -7,9 +7,9 @@ is listed here too, but it is a search above the rules (msopt.rules.auto), run b
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 from dataclasses import dataclass, field
 from importlib import import_module
+from typing import Any
 
 from msopt.errors import InputError
 
