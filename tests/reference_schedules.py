@@ -135,8 +135,7 @@ def schedule(cost, streams, chained=False, by_rank=True):
     duration, share, kernel, neutral = cost.duration, cost.share, cost.kernel, cost.neutral
     chain_of = chain_stream = None
     if chained:
-        dag = Dag()
-        dag.keys, dag.preds, dag.succs, dag.order = t.key, preds, succs, list(range(n))
+        dag = Dag(t.key, preds, succs, t)
         chain_of = greedy_path_cover(dag)
         chain_stream = {}
         chain_work = {}

@@ -50,6 +50,7 @@ def search(view, options: RuleOptions, cost) -> RuleResult:
 
 
 def _search(view, options, cost):
+    options = replace(options, run=cost.tasks)  # every rule plans the run the candidates are simulated on
     streams = options.streams
     large = len(cost) > LARGE
     candidates = []
