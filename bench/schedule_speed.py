@@ -127,8 +127,7 @@ def measure(size):
     rank, array_s = timed(order.longest_array, array, indptr, indices, np.asarray(cost.duration))
     assert got == want_rank and rank.tolist() == want_rank
     row("longest path to a sink", ref_s, array_s, f"from Python lists: {list_s:.4f} s")
-    dag = Dag()
-    dag.keys, dag.preds, dag.succs, dag.order = cost.tasks.key, preds, succs, list(range(size))
+    dag = Dag(cost.tasks.key, preds, succs, cost.tasks)
     want, ref_s = timed(ref.greedy_path_cover, dag)
     got, list_s = timed(greedy_path_cover, dag)
     assert got == want
