@@ -304,16 +304,24 @@ def share_streams(view, partition, groups, fallback=()):
     return merges
 
 
+_NOT_VOTING = RESOURCE_PRODUCERS | BOOKKEEPING_OPS
+
+
 def _vote(view, members, assigned, fallback):
     """The stream of the group: most votes among its consumers, smallest id on a tie."""
+    if len(set(assigned.values())) == 1:  # one stream among the assigned: whoever votes, it wins
+        return next(iter(assigned.values()))
     member_set = set(members)
-    pools = [
-        [k for k in assigned if k not in fallback and _consumes_for_model(view, k, member_set)],
-        [k for k in assigned if k not in fallback and view.nodes[k].op not in RESOURCE_PRODUCERS | BOOKKEEPING_OPS],
-        [k for k in assigned if k not in fallback],
-        list(assigned),
-    ]
-    voters = next(pool for pool in pools if pool)
+    pools = (  # the first non-empty pool votes; built one at a time
+        lambda: [k for k in assigned if k not in fallback and _consumes_for_model(view, k, member_set)],
+        lambda: [k for k in assigned if k not in fallback and view.nodes[k].op not in _NOT_VOTING],
+        lambda: [k for k in assigned if k not in fallback],
+        lambda: list(assigned),
+    )
+    for pool in pools:
+        voters = pool()
+        if voters:
+            break
     counts = Counter(assigned[k] for k in voters)
     best = max(counts.values())
     return min(s for s, c in counts.items() if c == best)
