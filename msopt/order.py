@@ -7,6 +7,7 @@ lists (``kahn_order``), so that inspecting a model imports neither numpy nor num
 """
 
 from functools import cache
+from itertools import accumulate, chain
 
 
 def _walk(indptr, indices, pending, order, placed, release):
@@ -110,10 +111,8 @@ def kahn_order(succs, indegree):
     entries of ``succs`` name v. Interpreted, over lists: the input checks run it without numpy or numba.
     """
     n = len(succs)
-    indptr = [0] * (n + 1)
-    for v, ws in enumerate(succs):
-        indptr[v + 1] = indptr[v] + len(ws)
-    indices = [w for ws in succs for w in ws]
+    indptr = [0, *accumulate(map(len, succs))]
+    indices = list(chain.from_iterable(succs))
     order = [0] * n
     count = _walk(indptr, indices, indegree, order, [False] * n, False)
     del order[count:]
