@@ -7,170 +7,74 @@ from msopt.jit import compiled
 # Slots of the int64 counters array.
 SYNCS, COPIES, COPY_BYTES, WAITS, NEXT_REQUEST = range(5)
 
+# The loop is one function: every compiled call that passes arrays costs reference counting (~25 ns per array),
+# more than the work of most events, so only the heaps (one array each) and the rare request issue are calls.
+# Keep the heaps here too: numba's on-disk cache notices a change of this file only, not of the files it calls.
+
 
 @compiled
-def _push(keys, ids, size, key, ident):
-    """Push (key, ident) on the binary heap keys[:size], ids[:size] ordered by (key, ident); the new size."""
+def push(heap, size, key, ident):
+    """Push (key, ident) on the binary heap heap[:size] (rows: key, id as a float) in (key, id) order; the size."""
     k = size
     while k > 0:
         parent = (k - 1) >> 1
-        pk, pi = keys[parent], ids[parent]
+        pk, pi = heap[parent, 0], heap[parent, 1]
         if key < pk or (key == pk and ident < pi):
-            keys[k], ids[k] = pk, pi
+            heap[k, 0], heap[k, 1] = pk, pi
             k = parent
         else:
             break
-    keys[k], ids[k] = key, ident
+    heap[k, 0], heap[k, 1] = key, ident
     return size + 1
 
 
 @compiled
-def _pop(keys, ids, size):
-    """Remove the heap's least (key, ident), which the caller read at [0]; the new size."""
+def pop(heap, size):
+    """Remove the heap's least (key, id), which the caller read at [0]; the new size."""
     size -= 1
-    key, ident = keys[size], ids[size]
+    key, ident = heap[size, 0], heap[size, 1]
     k = 0
     while True:
         child = 2 * k + 1
         if child >= size:
             break
         right = child + 1
-        if right < size and (keys[right] < keys[child] or (keys[right] == keys[child] and ids[right] < ids[child])):
+        if right < size and (
+            heap[right, 0] < heap[child, 0] or (heap[right, 0] == heap[child, 0] and heap[right, 1] < heap[child, 1])
+        ):
             child = right
-        ck, ci = keys[child], ids[child]
+        ck, ci = heap[child, 0], heap[child, 1]
         if ck < key or (ck == key and ci < ident):
-            keys[k], ids[k] = ck, ci
+            heap[k, 0], heap[k, 1] = ck, ci
             k = child
         else:
             break
     if size > 0:
-        keys[k], ids[k] = key, ident
+        heap[k, 0], heap[k, 1] = key, ident
     return size
 
 
 @compiled
-def _replace_least(values, value):
-    """heapq.heapreplace on a heap of floats: the least value gives way to ``value``."""
-    size = values.shape[0]
+def replace_least(values, row, value):
+    """heapq.heapreplace on the heap of floats values[row]: its least value gives way to ``value``."""
+    size = values.shape[1]
     k = 0
     while True:
         child = 2 * k + 1
         if child >= size:
             break
-        if child + 1 < size and values[child + 1] < values[child]:
+        if child + 1 < size and values[row, child + 1] < values[row, child]:
             child += 1
-        if values[child] < value:
-            values[k] = values[child]
+        if values[row, child] < value:
+            values[row, k] = values[row, child]
             k = child
         else:
             break
-    values[k] = value
+    values[row, k] = value
 
 
 @compiled
-def _satisfy(j, at, host_ready, host_pending, hkeys, hids, hsize):
-    """One of j's inputs is known ready on j's executor at ``at``; j enters the host heap with its last one."""
-    if at > host_ready[j]:
-        host_ready[j] = at
-    host_pending[j] -= 1
-    if host_pending[j] == 0:
-        hsize = _push(hkeys, hids, hsize, host_ready[j], j)
-    return hsize
-
-
-@compiled
-def _on_host(i, at, ptr, dst, stream_of, neutral, host_ready, host_pending, hkeys, hids, hsize):
-    """i's outputs are known to the host at ``at`` (launched, or passed through): its local consumers learn it."""
-    s = stream_of[i]
-    local = neutral[i]
-    for k in range(ptr[i], ptr[i + 1]):
-        j = dst[k]
-        if local or stream_of[j] == s:
-            hsize = _satisfy(j, at, host_ready, host_pending, hkeys, hids, hsize)
-    return hsize
-
-
-@compiled
-def _copy_done(s, at, took, merge, stream_block, copy_lanes):
-    """When a copy of ``took`` microseconds, issued by stream ``s`` at ``at``, is done."""
-    if merge:  # on the compute stream: the stream's next kernel waits for it
-        begin = at if at > stream_block[s] else stream_block[s]
-        stream_block[s] = begin + took
-        return begin + took
-    if copy_lanes.shape[1] == 0:
-        return at + took
-    lanes = copy_lanes[s]
-    begin = at if at > lanes[0] else lanes[0]
-    _replace_least(lanes, begin + took)
-    return begin + took
-
-
-@compiled
-def _on_device(first, first_at, g, state, hkeys, hids, hsize, host, merge, counters, waits_i, waits_f):
-    """first's outputs exist on the device at ``first_at``; pass-through ops (no kernel) chain on (a worklist)."""
-    ptr, dst, port_of, nbytes_of, stream_of, kernel, neutral = g
-    (
-        host_ready,
-        host_pending,
-        device_ready,
-        device_pending,
-        end,
-        stream_block,
-        copy_lanes,
-        stamp,
-        arrival,
-        work_i,
-        work_f,
-    ) = state
-    sync, copy_fixed, copy_rate = host[1], host[4], host[5]
-    streams = stream_block.shape[0]
-    top = 0
-    work_i[0], work_f[0] = first, first_at
-    top = 1
-    while top > 0:
-        top -= 1
-        i, at = work_i[top], work_f[top]
-        s = stream_of[i]
-        local = neutral[i]
-        for k in range(ptr[i], ptr[i + 1]):
-            j, port = dst[k], port_of[k]
-            sj = stream_of[j]
-            if not (local or sj == s):
-                slot = (port + 1) * streams + sj  # one transfer per (tensor, destination stream)
-                if stamp[slot] == i:
-                    ready = arrival[slot]
-                else:
-                    nbytes = nbytes_of[k]
-                    ready = at + sync
-                    if port >= 0:
-                        ready = sync + _copy_done(
-                            s, at, copy_fixed + nbytes / copy_rate, merge, stream_block, copy_lanes
-                        )
-                    stamp[slot], arrival[slot] = i, ready
-                    counters[SYNCS] += 1
-                    if port >= 0:
-                        counters[COPIES] += 1
-                        counters[COPY_BYTES] += nbytes
-                    w = counters[WAITS]
-                    if w < waits_i.shape[0]:  # recorded when asked (room for one per edge)
-                        waits_i[w, 0], waits_i[w, 1], waits_i[w, 2], waits_i[w, 3] = i, j, s, sj
-                        waits_i[w, 4] = nbytes if port >= 0 else 0
-                        waits_f[w, 0], waits_f[w, 1] = at, ready
-                        counters[WAITS] = w + 1
-                hsize = _satisfy(j, ready, host_ready, host_pending, hkeys, hids, hsize)
-            if not kernel[j]:
-                if at > device_ready[j]:
-                    device_ready[j] = at
-                device_pending[j] -= 1
-                if device_pending[j] == 0:
-                    end[j] = device_ready[j]
-                    work_i[top], work_f[top] = j, device_ready[j]
-                    top += 1
-    return hsize
-
-
-@compiled
-def _issue(at, req, executor_free, counters, issued, host_ready, host_pending, hkeys, hids, hsize):
+def _issue(at, req, executor_free, counters, issued, host_ready, host_pending, heap, hsize):
     """The next request starts at ``at``: its executors one after another, then its sources."""
     period, stride, sources, rank_streams, rank_offsets = req
     r = counters[NEXT_REQUEST]
@@ -179,20 +83,12 @@ def _issue(at, req, executor_free, counters, issued, host_ready, host_pending, h
     for k in range(rank_streams.shape[0]):
         executor_free[r * stride + rank_streams[k]] = at + rank_offsets[k]
     for k in range(sources.shape[0]):
-        hsize = _satisfy(r * period + sources[k], at, host_ready, host_pending, hkeys, hids, hsize)
-    return hsize
-
-
-@compiled
-def _request_done(i, at, req, remaining, finished, executor_free, counters, issued, state, hkeys, hids, hsize):
-    """Task i is done at ``at``; the last task of a request issues the next one (a closed loop)."""
-    period = req[0]
-    r = i // period
-    if at > finished[r]:
-        finished[r] = at
-    remaining[r] -= 1
-    if remaining[r] == 0 and counters[NEXT_REQUEST] < finished.shape[0]:
-        hsize = _issue(finished[r], req, executor_free, counters, issued, state[0], state[1], hkeys, hids, hsize)
+        j = r * period + sources[k]
+        if at > host_ready[j]:
+            host_ready[j] = at
+        host_pending[j] -= 1
+        if host_pending[j] == 0:
+            hsize = push(heap, hsize, host_ready[j], j)
     return hsize
 
 
@@ -207,7 +103,7 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
     Returns (start, end, busy per stream, counters, waits ints, waits floats, issued, finished, stalled)."""
     ptr, dst, port_of, nbytes_of, stream_of, kernel, neutral = g
     period, sources = req[0], req[2]
-    launch, overhead, contention = host[0], host[2], host[3]
+    launch, sync, overhead, contention, copy_fixed, copy_rate = host[0], host[1], host[2], host[3], host[4], host[5]
     launch_threads, copy_streams, merge = ints[0], ints[1], ints[2] != 0
     n = stream_of.shape[0]
     copies = n // period if period > 0 else 0
@@ -215,43 +111,46 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
     own = launch - serial  # on the launching thread alone
     inf = np.inf
 
+    # An edge i -> j is "local" when both ops share a stream or i is read in place (a constant, an input):
+    # j may be launched once i is launched. Otherwise j waits on the host for i's data on the device,
+    # plus the event sync and the copy.
     host_pending = np.zeros(n, np.int64)  # inputs (edges in) not yet known ready on the host
-    device_pending = np.empty(n, np.int64)
     for k in range(dst.shape[0]):
         host_pending[dst[k]] += 1
+    device_pending = np.zeros(n, np.int64)
     for i in range(n):
-        device_pending[i] = host_pending[i] + 1 if not kernel[i] else 0  # no-kernel ops: inputs on the device
+        if not kernel[i]:
+            device_pending[i] = host_pending[i] + 1  # no-kernel ops: inputs on the device, and handled
     for r in range(copies):
         for k in range(sources.shape[0]):
-            host_pending[r * period + sources[k]] += 1  # gated until the request is issued
+            host_pending[r * period + sources[k]] += 1  # gated until their request is issued
     host_ready = np.zeros(n)
     device_ready = np.zeros(n)  # for a no-kernel op: when its inputs (hence its outputs) exist on the device
     start = np.zeros(n)
     end = np.zeros(n)
     max_port = -1
     for k in range(port_of.shape[0]):
-        if port_of[k] > max_port:
-            max_port = port_of[k]
-    stamp = np.full((max_port + 2) * streams, -1, np.int64)  # transfers of the task being done: (port, stream)
+        max_port = max(max_port, port_of[k])
+    stamp = np.full((max_port + 2) * streams, -1, np.int64)  # the transfers of the op being done: (port, stream)
     arrival = np.zeros((max_port + 2) * streams)
-    work_i = np.empty(n + 1, np.int64)
+    work_i = np.empty(n + 1, np.int64)  # ops whose outputs reached the device, to pass on (a worklist)
     work_f = np.empty(n + 1)
+    top = 0
     edges = dst.shape[0] if record_waits else 0
     waits_i = np.empty((edges, 5), np.int64)
     waits_f = np.empty((edges, 2))
     counters = np.zeros(5, np.int64)
 
-    hkeys = np.empty(n + executors + 1)  # the host heap: (time, task), or (time, -1 - executor) to wake one
-    hids = np.empty(n + executors + 1, np.int64)
+    heap = np.empty((n + executors + 1, 2))  # the host heap: (time, task), or (time, -1 - executor) to wake one
     hsize = 0
-    pool = np.zeros(max(1, min(launch_threads, active)))  # when each inter-op thread is next free (a heap)
+    pool = np.zeros((1, max(1, min(launch_threads, active))))  # when each inter-op thread is next free (a heap)
     executor_free = np.zeros(executors)  # each executor handles one op at a time
     bl_head = np.full(executors, -1, np.int64)  # ops ready while their executor was busy, in ready order
     bl_tail = np.full(executors, -1, np.int64)
     bl_next = np.full(n, -1, np.int64)
     waking = np.zeros(executors, np.bool_)  # a wake-up of the executor is in the host heap
     driver = 0.0  # when the driver's context-wide launch resource is next free
-    copy_lanes = np.zeros((streams, copy_streams if copy_streams > 0 else 0))
+    lanes = np.zeros((streams, max(copy_streams, 0)))  # each stream's copy streams: when next free (heaps)
     stream_block = np.zeros(streams)  # merged copies: the compute stream is busy copying until then
     q_head = np.full(streams, -1, np.int64)  # per stream: launched kernels in launch order
     q_tail = np.full(streams, -1, np.int64)
@@ -259,12 +158,10 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
     launched_at = np.zeros(n)
     stream_busy = np.zeros(streams, np.bool_)
     busy_total = np.zeros(streams)
-    waiting = np.zeros(streams, np.bool_)  # streams that got a launch or finished a kernel (may start the next)
-    skeys = np.empty(streams + 1)  # kernels whose start time is known: (time, task)
-    sids = np.empty(streams + 1, np.int64)
+    waiting = np.zeros(streams, np.bool_)  # streams that got a launch or ended a kernel: may start the next
+    starts = np.empty((streams + 1, 2))  # kernels whose start time is known: (time, task)
     ssize = 0
-    rkeys = np.empty(streams + 1)  # running kernels: (virtual finish, task)
-    rids = np.empty(streams + 1, np.int64)
+    running = np.empty((streams + 1, 2))  # (virtual finish, task)
     rsize = 0
     demand = 0.0
     vclock = 0.0
@@ -273,36 +170,86 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
     remaining = np.full(copies, period, np.int64)
     issued = np.zeros(copies)
     finished = np.zeros(copies)
-    state = (
-        host_ready,
-        host_pending,
-        device_ready,
-        device_pending,
-        end,
-        stream_block,
-        copy_lanes,
-        stamp,
-        arrival,
-        work_i,
-        work_f,
-    )
+    stalled = False
     for _ in range(min(concurrency, copies)):  # the first requests start together
-        hsize = _issue(0.0, req, executor_free, counters, issued, host_ready, host_pending, hkeys, hids, hsize)
+        hsize = _issue(0.0, req, executor_free, counters, issued, host_ready, host_pending, heap, hsize)
 
-    while done < n:
-        # Each executor handles, one at a time, every op whose inputs it knows ready (it never waits for
-        # the GPU), on a thread of the inter-op pool.
-        while hsize > 0 and hkeys[0] <= now:
-            ready, i = hkeys[0], hids[0]
-            hsize = _pop(hkeys, hids, hsize)
-            woken = i < 0
+    while True:
+        check_done, every_task_done = True, False
+        while True:
+            # Outputs that reached the device: cross-stream consumers get them after the sync and the copy
+            # (once per tensor and destination stream), pass-through ops (no kernel) chain on.
+            while top > 0:
+                top -= 1
+                i, at = work_i[top], work_f[top]
+                s = stream_of[i]
+                local = neutral[i]
+                for k in range(ptr[i], ptr[i + 1]):
+                    j, port = dst[k], port_of[k]
+                    sj = stream_of[j]
+                    known = at
+                    if not (local or sj == s):
+                        slot = (port + 1) * streams + sj
+                        if stamp[slot] == i:
+                            known = arrival[slot]
+                        else:
+                            nbytes = nbytes_of[k]
+                            known = at + sync
+                            if port >= 0:
+                                took = copy_fixed + nbytes / copy_rate
+                                if merge:  # on the compute stream: the stream's next kernel waits for it
+                                    begin = at if at > stream_block[s] else stream_block[s]
+                                    stream_block[s] = begin + took
+                                elif copy_streams > 0:  # on the first free copy stream
+                                    begin = at if at > lanes[s, 0] else lanes[s, 0]
+                                    replace_least(lanes, s, begin + took)
+                                else:
+                                    begin = at
+                                known = sync + (begin + took)
+                                counters[COPIES] += 1
+                                counters[COPY_BYTES] += nbytes
+                            stamp[slot], arrival[slot] = i, known
+                            counters[SYNCS] += 1
+                            w = counters[WAITS]
+                            if w < waits_i.shape[0]:  # recorded when asked (room for one per edge)
+                                waits_i[w, 0], waits_i[w, 1], waits_i[w, 2], waits_i[w, 3] = i, j, s, sj
+                                waits_i[w, 4] = nbytes if port >= 0 else 0
+                                waits_f[w, 0], waits_f[w, 1] = at, known
+                                counters[WAITS] = w + 1
+                        if known > host_ready[j]:
+                            host_ready[j] = known
+                        host_pending[j] -= 1
+                        if host_pending[j] == 0:
+                            hsize = push(heap, hsize, host_ready[j], j)
+                    if not kernel[j]:
+                        if at > device_ready[j]:
+                            device_ready[j] = at
+                        device_pending[j] -= 1
+                        if device_pending[j] == 0:
+                            end[j] = device_ready[j]
+                            work_i[top], work_f[top] = j, device_ready[j]
+                            top += 1
+            if check_done:
+                check_done = False
+                if done >= n:
+                    every_task_done = True
+                    break
+            # Each executor handles, one at a time, every op whose inputs it knows ready (it never waits for
+            # the GPU), on a thread of the inter-op pool.
+            if hsize == 0 or heap[0, 0] > now:
+                break
+            ready, ident = heap[0, 0], heap[0, 1]
+            hsize = pop(heap, hsize)
+            woken = ident < 0
             if woken:  # an executor is free: it takes the oldest op waiting for it
-                e = -1 - i
+                e = -1 - int(ident)
                 i = bl_head[e]
                 bl_head[e] = bl_next[i]
                 if bl_head[e] < 0:
                     bl_tail[e] = -1
                 waking[e] = False
+            else:
+                i = int(ident)
             s, e = stream_of[i], executor_of[i]
             handled = 0.0
             if kernel[i] or overhead > 0:
@@ -315,18 +262,16 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
                     bl_tail[e] = i
                     if not waking[e]:
                         waking[e] = True
-                        hsize = _push(hkeys, hids, hsize, executor_free[e], -1 - e)
+                        hsize = push(heap, hsize, executor_free[e], -1 - e)
                     continue
-                if pool[0] > ready:  # every pool thread is busy: back when one is free
+                if pool[0, 0] > ready:  # every pool thread is busy: back when one is free
                     if woken:  # the executor keeps its place: its oldest op stays first in line
                         bl_next[i] = bl_head[e]
                         bl_head[e] = i
                         if bl_tail[e] < 0:
                             bl_tail[e] = i
                         waking[e] = True
-                        hsize = _push(hkeys, hids, hsize, pool[0], -1 - e)
-                    else:
-                        hsize = _push(hkeys, hids, hsize, pool[0], i)
+                    hsize = push(heap, hsize, pool[0, 0], -1 - e if woken else i)
                     continue
                 handled = ready + overhead
             if kernel[i]:
@@ -335,10 +280,10 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
                     host_free = (host_free if host_free > driver else driver) + serial
                     driver = host_free
                 executor_free[e] = host_free
-                _replace_least(pool, host_free)
+                replace_least(pool, 0, host_free)
                 if bl_head[e] >= 0 and not waking[e]:
                     waking[e] = True
-                    hsize = _push(hkeys, hids, hsize, host_free, -1 - e)
+                    hsize = push(heap, hsize, host_free, -1 - e)
                 launched_at[i] = host_free
                 if q_tail[s] >= 0:
                     q_next[q_tail[s]] = i
@@ -346,31 +291,44 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
                     q_head[s] = i
                 q_tail[s] = i
                 waiting[s] = True
-                hsize = _on_host(
-                    i, host_free, ptr, dst, stream_of, neutral, host_ready, host_pending, hkeys, hids, hsize
-                )
+                known = host_free
             else:
                 if overhead > 0:
                     executor_free[e] = handled
-                    _replace_least(pool, handled)
+                    replace_least(pool, 0, handled)
                     ready = handled
                     if bl_head[e] >= 0 and not waking[e]:
                         waking[e] = True
-                        hsize = _push(hkeys, hids, hsize, handled, -1 - e)
+                        hsize = push(heap, hsize, handled, -1 - e)
                 start[i] = ready
                 done += 1
-                hsize = _request_done(
-                    i, ready, req, remaining, finished, executor_free, counters, issued, state, hkeys, hids, hsize
-                )
-                hsize = _on_host(i, ready, ptr, dst, stream_of, neutral, host_ready, host_pending, hkeys, hids, hsize)
+                r = i // period  # the request's last task issues the next request (a closed loop)
+                finished[r] = max(finished[r], ready)
+                remaining[r] -= 1
+                if remaining[r] == 0 and counters[NEXT_REQUEST] < copies:
+                    hsize = _issue(
+                        finished[r], req, executor_free, counters, issued, host_ready, host_pending, heap, hsize
+                    )
                 if ready > device_ready[i]:
                     device_ready[i] = ready
                 device_pending[i] -= 1
                 if device_pending[i] == 0:
                     end[i] = device_ready[i]
-                    hsize = _on_device(
-                        i, device_ready[i], g, state, hkeys, hids, hsize, host, merge, counters, waits_i, waits_f
-                    )
+                    work_i[top], work_f[top] = i, device_ready[i]
+                    top += 1
+                known = ready
+            # i's outputs are known to the host (launched, or passed through): its local consumers learn it.
+            local = neutral[i]
+            for k in range(ptr[i], ptr[i + 1]):
+                j = dst[k]
+                if local or stream_of[j] == s:
+                    if known > host_ready[j]:
+                        host_ready[j] = known
+                    host_pending[j] -= 1
+                    if host_pending[j] == 0:
+                        hsize = push(heap, hsize, host_ready[j], j)
+        if every_task_done:
+            break
         # Idle streams start their next launched kernel (at its launch time or now).
         for s in range(streams):
             if waiting[s]:
@@ -381,26 +339,22 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
                     if q_head[s] < 0:
                         q_tail[s] = -1
                     stream_busy[s] = True
-                    at = launched_at[i]
-                    if now > at:
-                        at = now
-                    if stream_block[s] > at:
-                        at = stream_block[s]
-                    ssize = _push(skeys, sids, ssize, at, i)
+                    ssize = push(starts, ssize, max(launched_at[i], now, stream_block[s]), i)
         # Advance to the next event: a kernel ends, a kernel starts, or the host finds an op ready.
         rate = 1.0 / demand if demand > 1.0 else 1.0
-        t_end = now + (rkeys[0] - vclock) / rate if rsize > 0 else inf
-        t_start = skeys[0] if ssize > 0 else inf
-        t_host = hkeys[0] if hsize > 0 else inf
+        t_end = now + (running[0, 0] - vclock) / rate if rsize > 0 else inf
+        t_start = starts[0, 0] if ssize > 0 else inf
+        t_host = heap[0, 0] if hsize > 0 else inf
         t_next = min(t_end, t_start, t_host)
         if t_next == inf:
-            return start, end, busy_total, counters, waits_i, waits_f, issued, finished, done < n
+            stalled = done < n
+            break
         if t_next > now:
             vclock += (t_next - now) * rate
             now = t_next
         if rsize > 0 and t_end <= t_start and t_end <= t_host:
-            i = rids[0]
-            rsize = _pop(rkeys, rids, rsize)
+            i = int(running[0, 1])
+            rsize = pop(running, rsize)
             demand = demand - share[i] if rsize > 0 else 0.0
             s = stream_of[i]
             stream_busy[s] = False
@@ -408,14 +362,17 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
             end[i] = now
             done += 1
             waiting[s] = True
-            hsize = _on_device(i, now, g, state, hkeys, hids, hsize, host, merge, counters, waits_i, waits_f)
-            hsize = _request_done(
-                i, now, req, remaining, finished, executor_free, counters, issued, state, hkeys, hids, hsize
-            )
+            work_i[top], work_f[top] = i, now  # passed on at the top of the loop (nothing else reads it before)
+            top += 1
+            r = i // period
+            finished[r] = max(finished[r], now)
+            remaining[r] -= 1
+            if remaining[r] == 0 and counters[NEXT_REQUEST] < copies:
+                hsize = _issue(finished[r], req, executor_free, counters, issued, host_ready, host_pending, heap, hsize)
         elif ssize > 0 and t_start <= t_host:
-            i = sids[0]
-            ssize = _pop(skeys, sids, ssize)
+            i = int(starts[0, 1])
+            ssize = pop(starts, ssize)
             start[i] = now
             demand += share[i]
-            rsize = _push(rkeys, rids, rsize, vclock + duration[i], i)
-    return start, end, busy_total, counters, waits_i, waits_f, issued, finished, False
+            rsize = push(running, rsize, vclock + duration[i], i)
+    return start, end, busy_total, counters, waits_i, waits_f, issued, finished, stalled
