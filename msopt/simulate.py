@@ -13,7 +13,12 @@ Public API (stable; the rules, the partition report and the visualizer call it):
     result.events()      # [{"key", "op", "stream", "start_us", "end_us"}] for every op that launches a kernel
     result.waits         # [{"src", "dst", "src_stream", "dst_stream", "at_us", "ready_us", "bytes"}] per cross-stream
                          #  wait; src and dst are task ids (cost_model.tasks.key[i] is the node key)
-    result.start, result.end, result.stream_of   # per task id, microseconds and stream
+    result.start, result.end, result.stream_of   # per task id, microseconds and stream (lists, built on first use)
+
+The event loop itself is compiled (msopt.event_loop, numba through msopt.jit; imported on the first
+simulation, never by ``import msopt``): ``task_arrays(cost_model)`` flattens the tasks once per cost
+model, ``run_tasks`` runs them; every simulation (single runs, host corners, requests in flight) goes
+through it.
 
 The partition maps node keys to streams. An op inside a function body that the partition does not
 name runs where its caller runs (TensorFlow places a called function's unplaced ops on the call's
