@@ -132,14 +132,14 @@ def test_requests_in_flight_on_a_sample_model_give_the_same_figures(sample_cost)
     model, view, cm = sample_cost("deepfm_tf2", target="h100", batch_size=64)
     plan = make_plan(view, PlanOptions(streams=2, policy="chains"), model, cm).partition
     base = streams_of(cm, plan)
-    for target in (cm.target, replace(cm.target, launch_contention=1.0, launch_threads=2)):
+    busy_pool = replace(cm.target, launch_contention=1.0, launch_threads=2)  # executors queue for the 2 threads
+    for target, c, lanes in ((cm.target, 1, 1), (cm.target, 8, 3), (busy_pool, 2, 2), (busy_pool, 3, 1)):
         other = cm.with_target(target)
-        for c, lanes in ((1, 1), (4, 2), (8, 3)):
-            expected = reference_loop(other, base, 2, c, lanes, 4 * c)
-            figures = concurrency.load(other, plan, 2, c, lanes)
-            assert figures == concurrency._figures(expected, other.batch_size)
-            loop = concurrency.closed_loop(concurrency._Copies(other, 4 * c), base, 2, c, lanes)
-            assert (loop.issued, loop.finished) == (expected.issued, expected.finished)
+        expected = reference_loop(other, base, 2, c, lanes, 4 * c)
+        figures = concurrency.load(other, plan, 2, c, lanes)
+        assert figures == concurrency._figures(expected, other.batch_size)
+        loop = concurrency.closed_loop(concurrency._Copies(other, 4 * c), base, 2, c, lanes)
+        assert (loop.issued, loop.finished) == (expected.issued, expected.finished)
 
 
 def test_a_stalled_run_is_reported_as_the_reference_reports_it():
