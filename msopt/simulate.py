@@ -182,18 +182,19 @@ def streams_of(cost_model, partition):
 def simulate(view, partition, streams, cost_model):
     """Simulate one run of ``cost_model``'s tasks with ``partition`` over ``streams`` streams -> Result."""
     stream_of = streams_of(cost_model, partition)
-    check_streams(cost_model.tasks.key, stream_of, streams)
-    return _run(cost_model, streams, stream_of, record_waits=True)
+    return _run(cost_model, streams, stream_of, True, check_streams(cost_model.tasks.key, stream_of, streams))
 
 
 def check_streams(keys, stream_of, streams):
-    """Every task's stream is an int in [0, streams), else ValueError naming the first node outside."""
-    found = np.asarray(stream_of) if stream_of else np.zeros(0, np.int64)
+    """``stream_of`` as an int64 array if every task's stream is an int in [0, streams), else ValueError naming the
+    first node outside."""
+    found = np.asarray(stream_of) if len(stream_of) else np.zeros(0, np.int64)
     if found.dtype.kind in "iu" and (not len(found) or (found.min() >= 0 and found.max() < streams)):
-        return
+        return found.astype(np.int64, copy=False)
     for key, s in zip(keys, stream_of):
         if not isinstance(s, int) or not 0 <= s < streams:
             raise ValueError(f"node '{key}' is on stream {s}, outside [0, {streams})")
+    return np.asarray(stream_of, np.int64)  # booleans
 
 
 class TaskArrays(NamedTuple):
@@ -289,10 +290,12 @@ def run_tasks(arrays, target, streams, stream_of, record_waits=False, loop=None)
     return (start, end, busy.tolist(), *figures, (waits_i[:recorded], waits_f[:recorded]), issued, finished)
 
 
-def _run(cm, streams, stream_of, record_waits):
-    """One run of ``cm``'s tasks, each on its ``stream_of`` stream -> Result."""
+def _run(cm, streams, stream_of, record_waits, stream_array=None):
+    """One run of ``cm``'s tasks, each on its ``stream_of`` stream (``stream_array``: the same as int64) -> Result."""
+    if stream_array is None:
+        stream_array = np.asarray(stream_of, np.int64).reshape(len(cm))
     start, end, busy, syncs, copies, nbytes, waits, _, _ = run_tasks(
-        task_arrays(cm), cm.target, streams, np.asarray(stream_of, np.int64).reshape(len(cm)), record_waits
+        task_arrays(cm), cm.target, streams, stream_array, record_waits
     )
     return Result(cm, streams, stream_of, start, end, waits, syncs, copies, nbytes, busy)
 
