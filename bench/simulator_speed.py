@@ -7,7 +7,8 @@ simulate-like run (waits recorded) through the reference loop (tests/reference_s
 through the compiled one (best of ``--repeat``), their figures checked equal. The flat arrays are
 built once per cost model and timed apart. The first call of a process (importing numba, loading
 the compiled loop from its on-disk cache) and the first call with an empty cache (compiling) are
-measured in fresh processes.
+measured in fresh processes. Times are CPU seconds of the process (user + system), which a loaded
+machine inflates less than wall time; the loops are single-threaded.
 
     python bench/simulator_speed.py                          # 10k, 100k, 1M
     python bench/simulator_speed.py --sizes 10000,100000 --json
@@ -26,15 +27,15 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
 FIRST_CALL = """
 import time
-t0 = time.perf_counter()
+t0 = time.process_time()
 import sys
 sys.path[:0] = [{root!r}, {tests!r}]
 from random_tasks import layered_cost_model
 from msopt.simulate import _run
 cm = layered_cost_model(200)
-t1 = time.perf_counter()
+t1 = time.process_time()
 _run(cm, 4, [(i % 64) // 16 for i in range(len(cm))], True)
-print(time.perf_counter() - t1)
+print(time.process_time() - t1)
 """
 
 
@@ -57,17 +58,17 @@ def measure(size, repeat):
 
     cm = layered_cost_model(size)
     stream_of = [(i % 64) // 16 for i in range(size)]
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     task_arrays(cm)
-    arrays_s = time.perf_counter() - t0
+    arrays_s = time.process_time() - t0
     best = float("inf")
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         result = _run(cm, 4, stream_of, True)
-        best = min(best, time.perf_counter() - t0)
-    t0 = time.perf_counter()
+        best = min(best, time.process_time() - t0)
+    t0 = time.process_time()
     expected = reference.run(cm, 4, stream_of, True)
-    reference_s = time.perf_counter() - t0
+    reference_s = time.process_time() - t0
     same = result.end == expected["end"] and result.start == expected["start"] and result._waits == expected["waits"]
     return {
         "ops": size,
@@ -94,7 +95,8 @@ def main():
     if args.json:
         print(json.dumps(doc, indent=2))
         return
-    print("simulator: reference Python loop vs compiled loop, layered DAGs, 4 streams, v100 host model (CPU figures)")
+    print("simulator: reference Python loop vs compiled loop, layered DAGs, 4 streams, v100 host model")
+    print("(CPU seconds of this process, CPU figures of the simulation itself)")
     print(f"{'ops':>9} {'reference s':>12} {'compiled s':>11} {'speedup':>8} {'arrays s':>9} {'identical':>9}")
     for r in doc["rows"]:
         print(
@@ -102,9 +104,9 @@ def main():
             f" {str(r['identical']):>9}"
         )
     print(
-        f"first call in a fresh process: {doc['first_call_cached_s']} s with the on-disk cache (numba import + load),"
+        f"first call in a fresh process: {doc['first_call_cached_s']} CPU s with the on-disk cache (numba import + load),"
     )
-    print(f"{doc['first_call_compiling_s']} s with an empty cache (compilation)")
+    print(f"{doc['first_call_compiling_s']} CPU s with an empty cache (compilation)")
 
 
 if __name__ == "__main__":
