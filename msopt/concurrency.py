@@ -68,7 +68,7 @@ class Requests:
         n = len(stream_of)
         self.n, self.copies, self.concurrency, self.streams = n, copies, concurrency, streams
         base = np.asarray(stream_of, np.int64).reshape(n)
-        used = np.unique(base)
+        used = np.flatnonzero(np.bincount(base, minlength=streams))  # ascending
         self.loop = Loop(
             tasks=n,
             executors_per_request=streams,

@@ -271,7 +271,7 @@ def run_tasks(arrays, target, streams, stream_of, record_waits=False, loop=None)
     from msopt.event_loop import COPIES, COPY_BYTES, SYNCS, WAITS, run
 
     if loop is None:
-        used = np.unique(stream_of)
+        used = np.flatnonzero(np.bincount(stream_of, minlength=streams))  # ascending
         offsets = np.arange(len(used)) * target.partition_overhead_us  # the run starts them one after another
         loop = Loop(len(stream_of), streams, stream_of, streams, streams, 1, used, offsets)
     graph = (arrays.ptr, arrays.dst, arrays.port, arrays.nbytes, stream_of, arrays.kernel, arrays.neutral)
