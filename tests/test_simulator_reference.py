@@ -50,6 +50,14 @@ def test_larger_random_graphs_simulate_to_the_same_floats(seed):
     assert single_stream(cm).makespan_us == reference.run(cm, 1, [0] * len(cm), False)["makespan"]
 
 
+@pytest.mark.parametrize("size", [0, 1, 2])
+def test_the_smallest_runs_simulate_to_the_same_floats(size):
+    for seed in range(20):
+        cm = random_cost_model(seed, size=size)
+        stream_of = random_streams(cm, 3, seed)
+        assert_same(_run(cm, 3, stream_of, True), reference.run(cm, 3, stream_of, True))
+
+
 def test_the_random_graphs_cover_what_the_loop_distinguishes():
     """Copies, control syncs, pass-through chains, idle pools and every host switch occur among the seeds above."""
     seen = set()
