@@ -130,6 +130,7 @@ class CostModel:
         self._single = None
         self._succ = None
         self._preds = None
+        self._arrays = {}  # the simulator's arrays (msopt.simulate.task_arrays), shared with with_target's copies
 
     # -- per task ------------------------------------------------------------------------------
     def _cost(self, i, measured):
