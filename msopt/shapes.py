@@ -7,29 +7,45 @@ from msopt.protos import DTYPE_NAMES
 
 def infer_shapes(view, t, feeds):
     """Per task, [(dtype, shape)] by output index: signature inputs, recorded shapes, then propagation."""
-    nodes = view.nodes
-    result = []
-    append = result.append
-    for i, key in enumerate(t.key):
-        node = nodes[key]
+    nodes = getattr(t, "node", None) or [view.nodes[key] for key in t.key]
+    data_ptr, data_src, data_port = t.csr()[:3]
+    ptr, sources, ports = data_ptr.tolist(), data_src.tolist(), data_port.tolist()
+    result = [None] * len(nodes)
+    unknown = ("float", None)
+    same_shape = ELEMENTWISE_SAME_SHAPE
+    for i, node in enumerate(nodes):
         proto = node.proto
+        attr = proto.attr
         if feeds and node.function == MAIN and node.name in feeds:
-            append([feeds[node.name]])
+            result[i] = [feeds[node.name]]
             continue
-        recorded = _recorded_shapes(proto)
-        dtypes = _output_dtypes(proto)
-        if recorded is not None and None not in recorded:
-            if len(dtypes) < len(recorded):  # dtypes not in the attributes: the first input's, else float
-                inputs = t.inputs[i]
-                first = result[inputs[0][0]] if inputs else ()
-                port = inputs[0][1] if inputs else 0
-                fallback = first[port][0] if port < len(first) else "float"
-                dtypes = dtypes + [dtypes[0] if dtypes else fallback] * (len(recorded) - len(dtypes))
-            append(list(zip(dtypes, recorded)))
+        a, b = ptr[i], ptr[i + 1]
+        if attr:
+            recorded = _recorded_shapes(proto)
+            dtypes = _output_dtypes(proto)
+            if recorded is not None and None not in recorded:
+                if len(dtypes) < len(recorded):  # dtypes not in the attributes: the first input's, else float
+                    first = result[sources[a]] if a < b else ()
+                    port = ports[a] if a < b else 0
+                    fallback = first[port][0] if port < len(first) else "float"
+                    dtypes = dtypes + [dtypes[0] if dtypes else fallback] * (len(recorded) - len(dtypes))
+                result[i] = list(zip(dtypes, recorded))
+                continue
+        else:
+            dtypes = ()
+        op = node.op
+        if op in same_shape:  # the first input's shape (and dtype unless the attributes say)
+            if a < b:
+                first = result[sources[a]]
+                port = ports[a]
+                dtype, shape = first[port] if port < len(first) else unknown
+            else:
+                dtype, shape = "float", None
+            result[i] = [(dtypes[0] if dtypes else dtype, shape)]
             continue
-        ins = [result[src][port] if port < len(result[src]) else ("float", None) for src, port in t.inputs[i]]
-        in_protos = [nodes[t.key[src]].proto for src, _ in t.inputs[i]]
-        append(_propagate(node.op, proto, ins, dtypes, in_protos))
+        ins = [result[s][p] if p < len(result[s]) else unknown for s, p in zip(sources[a:b], ports[a:b])]
+        in_protos = [nodes[s].proto for s in sources[a:b]] if op == "ConcatV2" else None
+        result[i] = _propagate(op, proto, ins, list(dtypes), in_protos)
     return result
 
 

@@ -5,6 +5,8 @@ Kept out of the package: tests compare msopt.cost.CostModel with ``reference(...
 
 import math
 
+from reference_flat import flat_run
+
 from msopt.cost import load_costs
 from msopt.graph import MAIN
 from msopt.kernels import (
@@ -20,7 +22,6 @@ from msopt.kernels import (
 from msopt.op_tables import NEUTRAL_OPS, NO_KERNEL_OPS
 from msopt.shapes import _output_dtypes, _propagate, _recorded_shapes, flag
 from msopt.targets import DEFAULT_TARGET, TARGETS
-from reference_flat import flat_run
 
 
 class Reference:

@@ -3,7 +3,7 @@
 Kept out of the package: tests compare msopt.flat's tasks with these, list for list.
 """
 
-from msopt.flat import is_call, opened_functions, argument_input, signature_roots
+from msopt.flat import argument_input, is_call, opened_functions, signature_roots
 from msopt.graph import MAIN
 from msopt.op_tables import BACK_EDGE_OPS
 from msopt.op_tables import output_index as _output_index
