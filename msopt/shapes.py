@@ -1,8 +1,15 @@
 """Shape inference over a flattened run: each op instance's output (dtype, shape) list."""
 
+import numpy as np
+
 from msopt.errors import InputError
 from msopt.graph import MAIN
 from msopt.protos import DTYPE_NAMES
+
+# From this many tasks on, the ops whose shapes stay unknown are found by a compiled pass first.
+COMPILED_FROM = 20000
+_UNKNOWN = (None, [("float", None)], [("int32", None)])  # by _unknown_outputs' state
+_COUNTS_ONLY = frozenset({"Shape", "Size", "Rank"})  # int32 whatever their input
 
 
 def infer_shapes(view, t, feeds):
@@ -10,10 +17,18 @@ def infer_shapes(view, t, feeds):
     nodes = getattr(t, "node", None) or [view.nodes[key] for key in t.key]
     data_ptr, data_src, data_port = t.csr()[:3]
     ptr, sources, ports = data_ptr.tolist(), data_src.tolist(), data_port.tolist()
-    result = [None] * len(nodes)
+    n = len(nodes)
+    result = [None] * n
+    todo = range(n)
+    if n >= COMPILED_FROM:
+        state = _unknown_states(nodes, feeds, data_ptr, data_src, data_port)
+        known = _UNKNOWN
+        result = [known[s] and list(known[s]) for s in state.tolist()]
+        todo = np.flatnonzero(state == 0).tolist()
     unknown = ("float", None)
     same_shape = ELEMENTWISE_SAME_SHAPE
-    for i, node in enumerate(nodes):
+    for i in todo:
+        node = nodes[i]
         proto = node.proto
         attr = proto.attr
         if feeds and node.function == MAIN and node.name in feeds:
@@ -32,7 +47,7 @@ def infer_shapes(view, t, feeds):
                 result[i] = list(zip(dtypes, recorded))
                 continue
         else:
-            dtypes = ()
+            dtypes = []
         op = node.op
         if op in same_shape:  # the first input's shape (and dtype unless the attributes say)
             if a < b:
@@ -45,8 +60,49 @@ def infer_shapes(view, t, feeds):
             continue
         ins = [result[s][p] if p < len(result[s]) else unknown for s, p in zip(sources[a:b], ports[a:b])]
         in_protos = [nodes[s].proto for s in sources[a:b]] if op == "ConcatV2" else None
-        result[i] = _propagate(op, proto, ins, list(dtypes), in_protos)
+        result[i] = _propagate(op, proto, ins, dtypes, in_protos)
     return result
+
+
+def _unknown_states(nodes, feeds, data_ptr, data_src, data_port):
+    """Per task, 1 or 2 when its outputs are [("float" or "int32", None)] whatever the rules below read:
+    an op without attributes that only reads such outputs (no rule then finds a shape); 0 otherwise."""
+    n = len(nodes)
+    plain = np.fromiter((not node.proto.attr for node in nodes), bool, n)
+    if feeds:
+        plain &= ~np.fromiter((node.function == MAIN and node.name in feeds for node in nodes), bool, n)
+    counts_only = np.zeros(n, bool)
+    if not _COUNTS_ONLY.isdisjoint(node.op for node in nodes):
+        counts_only = np.fromiter((node.op in _COUNTS_ONLY for node in nodes), bool, n)
+    from msopt.jit import compiled  # numba: loaded only for large runs
+
+    global _unknown_outputs_compiled
+    if _unknown_outputs_compiled is None:
+        _unknown_outputs_compiled = compiled(_unknown_outputs)
+    return _unknown_outputs_compiled(plain, counts_only, data_ptr, data_src, data_port)
+
+
+_unknown_outputs_compiled = None
+
+
+def _unknown_outputs(plain, counts_only, data_ptr, data_src, data_port):
+    """The loop of ``_unknown_states`` (compiled): tasks in topological order, inputs before their readers."""
+    state = np.zeros(len(plain), np.int8)  # 0: left to the rules, 1: [("float", None)], 2: [("int32", None)]
+    for i in range(len(plain)):
+        if not plain[i]:
+            continue
+        dtype = 1  # no input, or the first input past its task's one output: float
+        ok = True
+        for e in range(data_ptr[i], data_ptr[i + 1]):
+            s, p = data_src[e], data_port[e]
+            if state[s] == 0 or p < -1:  # an input the rules must read (or a port a list index refuses)
+                ok = False
+                break
+            if e == data_ptr[i] and p <= 0:
+                dtype = state[s]
+        if ok:
+            state[i] = 2 if counts_only[i] else dtype
+    return state
 
 
 def _recorded_shapes(proto):
