@@ -117,11 +117,13 @@ def build_cost_model(view, model, cost: CostOptions):
     return cost_model
 
 
-def rule_options(options: PlanOptions, cost_model=None) -> RuleOptions:
-    """What the rules read: the plan options' rule settings and the cost model's per-op times, if any."""
+def rule_options(options: PlanOptions, cost_model=None, run=None) -> RuleOptions:
+    """What the rules read: the plan options' rule settings, the run to plan (the cost model's if there is
+    one, else ``run``) and the cost model's per-op times, if any."""
     return RuleOptions(
         streams=options.streams,
         node_costs=cost_model.node_times() if cost_model is not None else None,
+        run=cost_model.tasks if cost_model is not None else run,
         manual=options.manual,
         stage=options.stage,
         collective=options.collective,
@@ -148,7 +150,12 @@ def make_plan(view, options: PlanOptions, model=None, cost_model=None) -> PlanRe
 
             raw = search(view, rule_options(options), cost_model)
         else:
-            raw = run_rule(name, view, rule_options(options, cost_model))
+            run = None
+            if cost_model is None and model is not None:  # the rules plan the signature's run, as auto does
+                from msopt.flat import flat_run
+
+                run = flat_run(view, model, options.cost.signature)[1]
+            raw = run_rule(name, view, rule_options(options, cost_model, run))
     check_range(
         raw.partition, options.streams, {key: f"policy {name}" for key in raw.partition} if name != "none" else None
     )

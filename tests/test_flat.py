@@ -14,6 +14,7 @@ from msopt.load import load
 from msopt.op_tables import CONTROL_FLOW_OPS, HIDDEN_IN_DRAWING
 from msopt.order import longest_to_sink, topological_order
 from msopt.plan import PlanOptions, make_plan
+from msopt.rules import RuleOptions, run_rule
 from msopt.rules.walk import flatten
 from msopt.simulate import streams_of
 from msopt.visualize import op_streams, signature_ops
@@ -62,8 +63,8 @@ def _instances(path):
     simulated = Counter((t.key[i], t.callers(i)) for i in range(len(t)))
     ops, _, _ = signature_ops(model, view)
     drawn = Counter((op.key, tuple(op.callers)) for op in ops)
-    dag = flatten(view)
-    planned = Counter((k, c) for k, c in zip(dag.keys, dag.callers) if k is not None)
+    dag = flatten(view, flat_run(view, model)[1])  # what the plan layer hands the rules without a cost model
+    planned = Counter(zip(dag.keys, dag.callers))
     return model, view, cost, ops, simulated, drawn, planned
 
 
@@ -85,8 +86,8 @@ def test_drawn_planned_and_simulated_graphs_are_the_same_op_instances(which, con
     )
     assert drawn == simulated - hidden
     assert all(n == 1 for n in simulated.values())  # an instance is one (key, call path)
-    # Every instance the run executes is a planned vertex with the same identity (the rules plan more: whole graph).
-    assert set(simulated) <= set(planned)
+    # The rules plan exactly the instances the run executes, with the same identity.
+    assert planned == simulated
     # One plan puts each instance on the same stream in the drawing and in the simulation.
     plan = make_plan(view, PlanOptions(streams=4, policy="chains"), model, cost).partition
     sim_stream = dict(
@@ -94,6 +95,9 @@ def test_drawn_planned_and_simulated_graphs_are_the_same_op_instances(which, con
     )
     drawn_stream = dict(zip(((op.key, tuple(op.callers)) for op in ops), op_streams(ops, plan)))
     assert drawn_stream == {inst: sim_stream[inst] for inst in drawn_stream}
+    # A rule's own plan (before the constraints extend it to colocated nodes) names only nodes the run executes.
+    raw = run_rule("chains", view, RuleOptions(streams=4, run=flat_run(view, model)[1])).partition
+    assert raw and set(raw) <= {key for key, _ in simulated}
 
 
 def test_if_branch_arguments_skip_the_predicate(cond_model):
@@ -149,6 +153,9 @@ def test_op_tables_and_the_sort_are_defined_once():
         if "def topological_order(succs" in text or "def kahn_order(" in text or "def _topological(nodes" in text
     ]
     assert kahn == ["order.py"]
+    # One inliner: only msopt.flat opens the functions a node runs and binds their arguments to its inputs.
+    inliners = [p.name for p, text in sources.items() if "opened_functions(" in text or "argument_input(" in text]
+    assert inliners == ["flat.py"]
 
 
 def test_cost_split_keeps_modules_small_and_names_importable():

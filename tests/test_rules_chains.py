@@ -135,7 +135,7 @@ def test_folding_never_exceeds_the_stream_count():
         assert len(set(p.values())) == streams
 
 
-def test_function_bodies_are_nested_in_their_calls():
+def test_function_bodies_are_inlined_in_place_of_their_calls():
     graph = graph_def([("x", "Placeholder", []), ("call", "StatefulPartitionedCall", ["x"]), ("y", "Relu", ["call"])])
     graph.node[1].attr["f"].func.name = "body"
     fdef = graph.library.function.add()
@@ -148,11 +148,13 @@ def test_function_bodies_are_nested_in_their_calls():
     v = GraphView(graph)
     dag = flatten(v)
     position = {dag.keys[u]: i for i, u in enumerate(dag.order) if dag.keys[u] is not None}
-    assert position["x"] < position["body:m"] < position["call"] < position["y"]
-    assert position["body:k"] > position["x"]  # a body root waits for the call to start
-    assert dag.first["body:m"] in dag.preds[dag.first["call"]]
+    assert position["x"] < position["body:m"] < position["y"]
+    assert "call" not in dag.first  # a run executes no op for a call: its body runs in its place
+    assert dag.first["x"] in dag.preds[dag.first["body:m"]]  # the body's argument reads the call's input
+    assert dag.first["body:m"] in dag.preds[dag.first["y"]]  # the call's consumer reads the body's return
+    assert dag.callers[dag.first["body:m"]] == ("call",)
     p = plan(v, 2)
-    assert "body:a" not in p  # virtual argument nodes are never assigned
+    assert "body:a" not in p and "call" not in p  # virtual argument nodes and calls are never assigned
 
 
 def test_v1_while_loop_back_edges_do_not_make_a_cycle():
@@ -218,7 +220,9 @@ def test_chains_on_mobilenet_v2_verifies(msopt, mobilenet_v2, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert doc["verify"]["ok"] and len([n for n in doc["nodes_per_stream"] if n]) == 4
+    # The serving run of MobileNetV2 is a chain of blocks with at most a residual branch beside the convs, so
+    # its plan uses several streams but not necessarily all four (the functions no signature runs get none).
+    assert doc["verify"]["ok"] and len([n for n in doc["nodes_per_stream"] if n]) > 1
 
 
 PLAN_DIGEST = """

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
+from typing import Any
 
 from msopt.errors import InputError
 
@@ -78,6 +79,7 @@ class RuleOptions:
 
     streams: int
     node_costs: Mapping[str, float] | None = None  # {node key: time}; None: one unit per kernel
+    run: Any = None  # the flattened run to plan (msopt.flat.Tasks); None: the run of every main-graph node
     manual: ManualOptions = field(default_factory=ManualOptions)
     stage: StageOptions = field(default_factory=StageOptions)
     collective: CollectiveOptions = field(default_factory=CollectiveOptions)

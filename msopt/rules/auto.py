@@ -52,6 +52,7 @@ def search(view, options: RuleOptions, cost) -> RuleResult:
 
 
 def _search(view, options, cost):
+    options = replace(options, run=cost.tasks)  # every rule plans the run the candidates are simulated on
     streams = options.streams
     large = len(cost) > LARGE
     candidates = []
@@ -170,8 +171,7 @@ def schedule(cost, streams, chained=False, by_rank=True):
     duration, share, kernel, neutral = cost.duration, cost.share, cost.kernel, cost.neutral
     chain_of = chain_stream = None
     if chained:
-        dag = Dag()
-        dag.keys, dag.preds, dag.succs, dag.order = t.key, preds, succs, list(range(n))
+        dag = Dag(t.key, preds, succs, t)
         chain_of = greedy_path_cover(dag)
         chain_stream = {}
         chain_work = {}

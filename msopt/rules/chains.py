@@ -22,7 +22,7 @@ from msopt.rules.walk import earliest_times, flatten, vertex_costs
 
 
 def chains(view, options):
-    dag = flatten(view)
+    dag = flatten(view, options.run)
     cost = vertex_costs(view, dag, options)
     stream_of = fold(dag, greedy_path_cover(dag), cost, options.streams)
     return dag.partition(stream_of, view)
@@ -30,7 +30,7 @@ def chains(view, options):
 
 def minimum_chains(view, options):
     """Policy chains over the minimum path cover: the auto search tries it beside the greedy cover's plan."""
-    dag = flatten(view)
+    dag = flatten(view, options.run)
     cost = vertex_costs(view, dag, options)
     stream_of = fold(dag, path_cover(dag), cost, options.streams)
     return dag.partition(stream_of, view)

@@ -37,7 +37,7 @@ def embedding(view, options):
     features = feature_subgraphs(view)
     if not features:
         return {}
-    dag = flatten(view)
+    dag = flatten(view, options.run)
     cost = vertex_costs(view, dag, options)
     per_key = {key: cost[v] for key, v in dag.first.items()}
     return balance(features, per_key, options.streams)

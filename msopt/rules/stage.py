@@ -61,7 +61,7 @@ def stage(view, options):
     target = streams - 1 if options.stage.stream is None else options.stage.stream
     if streams < 2 or target == 0:
         return {}
-    dag = flatten(view)
+    dag = flatten(view, options.run)
     boundary = options.stage.boundary
     members = upstream(dag, boundary_vertices(view, dag, boundary)) if boundary else automatic_stage(view, dag)
     return {
@@ -76,7 +76,11 @@ def boundary_vertices(view, dag, names):
         base, _, port = name.rpartition(":")
         key = name if name in dag.first else base if port.isdigit() and base in dag.first else None
         if key is None:
-            raise InputError(f"stage boundary '{name}' names no node of the model")
+            known = name in view.nodes or (port.isdigit() and base in view.nodes)
+            raise InputError(
+                f"stage boundary '{name}' "
+                + ("is a node the planned signature does not run" if known else "names no node of the model")
+            )
         found.append(dag.first[key])
     return found
 

@@ -23,7 +23,7 @@ def towers(view, options):
     if streams < 2:
         return {}
     by_name = named_towers(view)
-    tower_of = by_name if by_name else identical_branches(view)
+    tower_of = by_name if by_name else identical_branches(view, options.run)
     return {key: k % streams for key, k in tower_of.items()}
 
 
@@ -39,9 +39,10 @@ def named_towers(view):
     return found if len(set(found.values())) > 1 else {}
 
 
-def identical_branches(view):
-    """{node key: branch index} for structurally identical, mutually independent branches."""
-    dag = flatten(view)
+def identical_branches(view, run=None):
+    """{node key: branch index} for structurally identical, mutually independent branches of ``run``
+    (msopt.flat.Tasks; default: the run of every main-graph node)."""
+    dag = flatten(view, run)
     nodes = view.nodes
     ops = [nodes[k].op if k is not None else "" for k in dag.keys]
     signature = [0] * len(dag)
