@@ -117,6 +117,7 @@ class CostModel:
         self._bound = None
         self._single = None
         self._succ = None
+        self._succ_arrays = None
         self._preds = None
 
     def _per_op_pass(self, measured):
@@ -150,8 +151,7 @@ class CostModel:
         exact = np.int64 if (largest + batch_size * 4) * (fan_in + 2 * widest + 2) < 2**53 else object
         elems = np.array(elems, exact).reshape(-1)
         out_bytes = elems * np.array(sizes, exact).reshape(-1)
-        bytes_list = out_bytes.tolist()
-        self.out_bytes = [bytes_list[a:b] for a, b in zip(out_ptr.tolist(), out_ptr[1:].tolist())]
+        self._outputs = (out_ptr, out_bytes)
         out_elems = _segment_sums(elems, out_ptr)
         own_bytes = _segment_sums(out_bytes, out_ptr)
         # Each data input: the output it reads, if that task has it (a port past the outputs reads nothing).
@@ -213,6 +213,19 @@ class CostModel:
                     self.duration[i], self.share[i], self.kernel[i] = measured[key], 1.0 / target.sms, True
                     self.measured += 1
 
+    @property
+    def out_bytes(self):
+        """Per task, the bytes of each of its outputs (a list per task, made on first use)."""
+        if "_out_bytes" not in self.__dict__:
+            out_ptr, out_bytes = self._outputs
+            sizes, bounds = out_bytes.tolist(), out_ptr.tolist()
+            self._out_bytes = [sizes[a:b] for a, b in zip(bounds, bounds[1:])]
+        return self._out_bytes
+
+    def output_arrays(self):
+        """(ptr, bytes): task i's outputs are ptr[i]:ptr[i + 1], ``bytes`` int64 (object if they may not fit)."""
+        return self._outputs
+
     # -- queries -----------------------------------------------------------------------------------
     def __len__(self):
         return len(self.tasks.key)
@@ -231,20 +244,34 @@ class CostModel:
     def successors(self):
         """Per task, [(consumer task, output index or -1 for a control edge)], one entry per edge."""
         if self._succ is None:
-            t = self.tasks
-            succ = [[] for _ in t.key]
-            count = [0] * len(t.key)
-            for j in range(len(t.key)):
-                for i, port in t.inputs[j]:
-                    succ[i].append((j, port))
-                for i in t.control[j]:
-                    succ[i].append((j, -1))
-                count[j] = len(t.inputs[j]) + len(t.control[j])
-            self._succ, self._preds = succ, count
+            ptr, consumer, port = self.successor_arrays()
+            pairs = list(zip(consumer.tolist(), port.tolist()))
+            bounds = ptr.tolist()
+            self._succ = [pairs[a:b] for a, b in zip(bounds, bounds[1:])]
         return self._succ
 
+    def successor_arrays(self):
+        """``successors()`` as int64 arrays (ptr, consumer, port): task i's entries are ptr[i]:ptr[i + 1],
+        by consumer, a consumer's data inputs in order before its control edge (computed once)."""
+        if self._succ_arrays is None:
+            data_ptr, data_src, data_port, control_ptr, control_src = self.tasks.csr()
+            n = len(self.tasks.key)
+            src = np.concatenate([data_src, control_src])
+            dst = np.concatenate(
+                [np.repeat(np.arange(n), np.diff(data_ptr)), np.repeat(np.arange(n), np.diff(control_ptr))]
+            )
+            port = np.concatenate([data_port, np.full(len(control_src), -1, np.int64)])
+            by_source = np.lexsort((dst, src))  # stable: data inputs in order, then the control edge
+            ptr = np.zeros(n + 1, np.int64)
+            np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
+            self._succ_arrays = (ptr, dst[by_source], port[by_source])
+        return self._succ_arrays
+
     def pred_count(self):
-        self.successors()
+        """Per task, how many edges (data inputs and control edges) end at it."""
+        if self._preds is None:
+            data_ptr, _, _, control_ptr, _ = self.tasks.csr()
+            self._preds = (np.diff(data_ptr) + np.diff(control_ptr)).tolist()
         return self._preds
 
     def single_stream_us(self):

@@ -83,6 +83,19 @@ class Reference:
         else:
             self.duration[i] = standalone
 
+    def successors(self):
+        """Per task, [(consumer task, output index or -1 for a control edge)], and per task its edge count."""
+        t = self.tasks
+        succ = [[] for _ in t.key]
+        count = [0] * len(t.key)
+        for j in range(len(t.key)):
+            for i, port in t.inputs[j]:
+                succ[i].append((j, port))
+            for i in t.control[j]:
+                succ[i].append((j, -1))
+            count[j] = len(t.inputs[j]) + len(t.control[j])
+        return succ, count
+
 
 def infer_shapes(view, t, feeds):
     """Per task, [(dtype, shape)] by output index: signature inputs, recorded shapes, then propagation."""

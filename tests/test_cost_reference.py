@@ -41,6 +41,7 @@ def assert_same(view, model=None, **options):
             assert list(map(type, mine)) == list(map(type, theirs)), name
             if name == "out_bytes":
                 assert [list(map(type, x)) for x in mine] == [list(map(type, x)) for x in theirs]
+    assert (new.successors(), new.pred_count()) == old.successors()
     data_ptr, data_src, data_port, control_ptr, control_src = new.tasks.csr()
     assert data_ptr[-1] == sum(map(len, old.tasks.inputs)) and control_ptr[-1] == sum(map(len, old.tasks.control))
     return len(new)
