@@ -124,13 +124,7 @@ class CostModel:
         """Every task's figures at once: element and byte counts as exact integers, the roofline as arrays."""
         t, target, batch_size, shapes = self.tasks, self.target, self.batch_size, self.shapes
         n = len(t.key)
-        ops = sorted(set(t.op))
-        code = dict(zip(ops, range(len(ops))))
-        op_code = np.fromiter(map(code.__getitem__, t.op), np.int64, n)
-
-        def per_op(table):  # a per-task boolean array from a set of op types
-            return np.array([op in table for op in ops] + [False])[op_code]
-
+        per_op = t.ops_in  # a per-task boolean array from a set of op types
         kernel = ~per_op(NO_KERNEL_OPS)
         self.neutral = per_op(NEUTRAL_OPS).tolist()
         # Every output of every task, flattened: element count and bytes (out_ptr[i]:out_ptr[i + 1] is task i's).
@@ -167,7 +161,7 @@ class CostModel:
         # FLOPs and bytes: max(outputs, inputs) FLOPs, 5 per output for FusedBatchNorm, shape-dependent ops one by one.
         bytes_moved = in_bytes + own_bytes
         flops = np.maximum(out_elems, in_elems).astype(np.float64)
-        batch_norm = np.array([op.startswith("FusedBatchNorm") for op in ops] + [False])[op_code]
+        batch_norm = per_op({op for op in t.op_codes()[0] if op.startswith("FusedBatchNorm")})
         flops[batch_norm] = 5.0 * out_elems[batch_norm].astype(np.float64)
         nodes = getattr(t, "node", None)
         for i in np.flatnonzero(per_op(SHAPE_DEPENDENT_OPS) & kernel).tolist():

@@ -11,7 +11,8 @@ in a topological order (TensorFlow's executor's ready order). The cost model, th
 and the rules' walk (msopt.rules.walk, for its argument binding) read this view.
 """
 
-from itertools import repeat
+from itertools import chain, compress, repeat
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from msopt.op_tables import BACK_EDGE_OPS, CALL_OPS, FIRST_INPUT_IS_PREDICATE
 from msopt.op_tables import output_index as _output_index
 from msopt.order import topological_order
 from msopt.protos import DTYPE_NAMES
-from msopt.tasks import Tasks  # noqa: F401  (re-exported: the run's container)
+from msopt.tasks import Tasks, op_codes  # Tasks re-exported: the run's container
 
 
 def flat_run(view, model=None, signature=None):
@@ -115,7 +116,8 @@ class _Builder:
 
     def instantiate(self, nodes, instance):
         view = self.view
-        special = [k for k, node in enumerate(nodes) if node.calls or node.proto is None]
+        # Calls and control flow one by one (arguments, virtual, never reach here: bodies hold real nodes).
+        special = list(compress(range(len(nodes)), map(attrgetter("calls"), nodes)))
         start = 0
         for k in special:
             if k > start:
@@ -141,9 +143,9 @@ class _Builder:
     def add_ops(self, nodes, instance):
         """One task per node of ``nodes`` (plain ops of one instance), numbered next."""
         first = len(self.key)
-        keys = [n.key for n in nodes]
+        keys = list(map(attrgetter("key"), nodes))
         self.key += keys
-        self.op += [n.op for n in nodes]
+        self.op += map(attrgetter("op"), nodes)
         self.instance += [instance] * len(nodes)
         self.node += nodes
         self.index[instance].update(zip(keys, range(first, first + len(nodes))))
@@ -165,9 +167,10 @@ class _Builder:
     def finish(self):
         self.call_inputs = {child: (instance, node) for _, instance, node, child in self.raw}
         n = len(self.key)
+        names, codes = self.op_codes = op_codes(self.op)
         back = None
-        if not BACK_EDGE_OPS.isdisjoint(self.op):
-            back = np.fromiter((op in BACK_EDGE_OPS for op in self.op), bool, n)
+        if not BACK_EDGE_OPS.isdisjoint(names):
+            back = np.array([op in BACK_EDGE_OPS for op in names], bool)[codes]
         data, control = [], []
         for instance, nodes, first in self.segments:
             data.append(self.data_edges(instance, nodes, first, back))
@@ -200,12 +203,13 @@ class _Builder:
 
     def data_edges(self, instance, nodes, first, back):
         """(dst, src, port) arrays of the data inputs of the tasks ``first``... made for ``nodes``, in order."""
-        counts = [len(n.inputs) for n in nodes]
+        counts = list(map(len, map(attrgetter("inputs"), nodes)))
         m = sum(counts)
         if not m:
             return _EMPTY, _EMPTY, _EMPTY
-        sources = [s for n in nodes for s, _ in n.inputs]
-        ports = [p for n in nodes for _, p in n.inputs]
+        pairs = list(chain.from_iterable(map(attrgetter("inputs"), nodes)))
+        sources = list(map(itemgetter(0), pairs))
+        ports = list(map(itemgetter(1), pairs))
         found = np.fromiter(map(self.index[instance].get, sources, repeat(-1, m)), np.int64, m)
         dst = np.repeat(np.arange(first, first + len(nodes), dtype=np.int64), counts)
         try:
@@ -349,6 +353,7 @@ def _topological(out, built, data, control):
     out.op = list(map(built.op.__getitem__, positions))
     out.instance = list(map(built.instance.__getitem__, positions))
     out.node = list(map(built.node.__getitem__, positions))
+    out._op_codes = (built.op_codes[0], built.op_codes[1][order])
     del out.inputs, out.control  # made from the arrays on first use
     # Drop edges that would point backwards (only left by a cycle) so that every edge goes forward.
     dst, src = new[data_dst], new[data_src]

@@ -1,5 +1,7 @@
 """Shape inference over a flattened run: each op instance's output (dtype, shape) list."""
 
+from operator import attrgetter
+
 import numpy as np
 
 from msopt.errors import InputError
@@ -21,7 +23,7 @@ def infer_shapes(view, t, feeds):
     result = [None] * n
     todo = range(n)
     if n >= COMPILED_FROM:
-        state = _unknown_states(nodes, feeds, data_ptr, data_src, data_port)
+        state = _unknown_states(t, nodes, feeds, data_ptr, data_src, data_port)
         known = _UNKNOWN
         result = [known[s] and list(known[s]) for s in state.tolist()]
         todo = np.flatnonzero(state == 0).tolist()
@@ -64,16 +66,14 @@ def infer_shapes(view, t, feeds):
     return result
 
 
-def _unknown_states(nodes, feeds, data_ptr, data_src, data_port):
+def _unknown_states(t, nodes, feeds, data_ptr, data_src, data_port):
     """Per task, 1 or 2 when its outputs are [("float" or "int32", None)] whatever the rules below read:
     an op without attributes that only reads such outputs (no rule then finds a shape); 0 otherwise."""
     n = len(nodes)
-    plain = np.fromiter((not node.proto.attr for node in nodes), bool, n)
+    plain = np.fromiter(map(len, map(attrgetter("proto.attr"), nodes)), np.int64, n) == 0
     if feeds:
         plain &= ~np.fromiter((node.function == MAIN and node.name in feeds for node in nodes), bool, n)
-    counts_only = np.zeros(n, bool)
-    if not _COUNTS_ONLY.isdisjoint(node.op for node in nodes):
-        counts_only = np.fromiter((node.op in _COUNTS_ONLY for node in nodes), bool, n)
+    counts_only = t.ops_in(_COUNTS_ONLY)
     from msopt.jit import compiled  # numba: loaded only for large runs
 
     global _unknown_outputs_compiled

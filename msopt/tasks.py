@@ -44,6 +44,18 @@ class Tasks:
             arrays = self._csr = csr_of(self.inputs, self.control)
         return arrays
 
+    def op_codes(self):
+        """(op names, per-task int64 code into them), computed once: per-op-type tables index it."""
+        codes = self.__dict__.get("_op_codes")
+        if codes is None:
+            codes = self._op_codes = op_codes(self.op)
+        return codes
+
+    def ops_in(self, table):
+        """Per task, whether its op type is in ``table`` (a bool array)."""
+        names, codes = self.op_codes()
+        return np.array([op in table for op in names], bool)[codes] if names else np.zeros(len(codes), bool)
+
     def callers(self, i):
         """Keys of the call nodes task ``i`` was inlined for, outermost first."""
         out = []
@@ -52,6 +64,13 @@ class Tasks:
             call, instance = self.instances[instance]
             out.append(call)
         return tuple(reversed(out))
+
+
+def op_codes(ops):
+    """(distinct op names in first-seen order, each op's index into them as int64)."""
+    names = list(dict.fromkeys(ops))
+    table = dict(zip(names, range(len(names))))
+    return names, np.fromiter(map(table.__getitem__, ops), np.int64, len(ops))
 
 
 def csr_of(inputs, control):
