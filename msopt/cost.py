@@ -16,7 +16,8 @@ take no time. Measured times from a costs file replace the standalone time of th
 import copy
 import json
 import math
-from itertools import repeat
+from itertools import chain, repeat
+from operator import itemgetter
 
 import numpy as np
 
@@ -128,14 +129,14 @@ class CostModel:
         kernel = ~per_op(NO_KERNEL_OPS)
         self.neutral = per_op(NEUTRAL_OPS).tolist()
         # Every output of every task, flattened: element count and bytes (out_ptr[i]:out_ptr[i + 1] is task i's).
-        outputs = [o for outs in shapes for o in outs]
+        outputs = list(chain.from_iterable(shapes))
         out_ptr = np.zeros(n + 1, np.int64)
-        np.cumsum([len(outs) for outs in shapes], out=out_ptr[1:])
-        out_shapes = [shape for _, shape in outputs]
+        np.cumsum(list(map(len, shapes)), out=out_ptr[1:])
+        out_shapes = list(map(itemgetter(1), outputs))
         shape_ids = list(map(id, out_shapes))  # shapes are shared between tasks: each counted once
-        counted = {k: elements(shape, batch_size) for k, shape in zip(shape_ids, out_shapes)}
+        counted = {k: elements(shape, batch_size) for k, shape in dict(zip(shape_ids, out_shapes)).items()}
         elems = list(map(counted.__getitem__, shape_ids))
-        out_dtypes = [dtype for dtype, _ in outputs]
+        out_dtypes = list(map(itemgetter(0), outputs))
         sizes = list(map(DTYPE_BYTES.get, out_dtypes, repeat(4)))
         data_ptr, data_src, data_port = t.csr()[:3]
         fan_in = int(np.diff(data_ptr).max(initial=0))
