@@ -103,7 +103,8 @@ _BY_VIEW = weakref.WeakKeyDictionary()  # view -> (host-only keys, linked groups
 
 def view_constraints(view):
     """(host-only keys, [(linked keys, kinds)]) of ``view``, computed once per view: the auto search
-    applies the constraints to every candidate plan of the same view."""
+    applies the constraints to every candidate plan of the same view. A group lists only nodes with a
+    NodeDef (function arguments link nodes but are never assigned)."""
     cached = _BY_VIEW.get(view)
     if cached is not None and cached[0] == len(view.nodes):
         return cached[1], cached[2]
@@ -120,7 +121,8 @@ def view_constraints(view):
         for a, b in linker(view):
             if a not in host and b not in host:
                 links.union(a, b, kind)
-    groups = links.groups()
+    nodes = view.nodes
+    groups = [(real, kinds) for keys, kinds in links.groups() if (real := [k for k in keys if not nodes[k].virtual])]
     _BY_VIEW[view] = (len(view.nodes), host, groups)
     return host, groups
 
@@ -276,14 +278,14 @@ def fusion_links(view):
 
 # -- moving each linked group to one stream ------------------------------------------------------
 def share_streams(view, partition, groups, fallback=()):
-    """Give every member of each linked group (``[(keys, kinds)]``) one stream: the one most of its consumers got."""
+    """Give every member of each linked group (``[(keys, kinds)]``, keys of real nodes) one stream: the one most
+    of its consumers got."""
     merges = []
-    for members, kinds in groups:
-        real = [k for k in members if not view.nodes[k].virtual]
+    for real, kinds in groups:
         assigned = {k: partition[k] for k in real if k in partition}
         if not assigned:
             continue
-        stream = _vote(view, members, assigned, fallback)
+        stream = _vote(view, real, assigned, fallback)
         if stream == 0 and all(s == 0 for s in assigned.values()):
             continue  # nothing leaves stream 0; unassigned members keep their device
         moved = sorted(k for k in real if partition.get(k, 0) != stream)
@@ -302,16 +304,24 @@ def share_streams(view, partition, groups, fallback=()):
     return merges
 
 
+_NOT_VOTING = RESOURCE_PRODUCERS | BOOKKEEPING_OPS
+
+
 def _vote(view, members, assigned, fallback):
     """The stream of the group: most votes among its consumers, smallest id on a tie."""
+    if len(set(assigned.values())) == 1:  # one stream among the assigned: whoever votes, it wins
+        return next(iter(assigned.values()))
     member_set = set(members)
-    pools = [
-        [k for k in assigned if k not in fallback and _consumes_for_model(view, k, member_set)],
-        [k for k in assigned if k not in fallback and view.nodes[k].op not in RESOURCE_PRODUCERS | BOOKKEEPING_OPS],
-        [k for k in assigned if k not in fallback],
-        list(assigned),
-    ]
-    voters = next(pool for pool in pools if pool)
+    pools = (  # the first non-empty pool votes; built one at a time
+        lambda: [k for k in assigned if k not in fallback and _consumes_for_model(view, k, member_set)],
+        lambda: [k for k in assigned if k not in fallback and view.nodes[k].op not in _NOT_VOTING],
+        lambda: [k for k in assigned if k not in fallback],
+        lambda: list(assigned),
+    )
+    for pool in pools:
+        voters = pool()
+        if voters:
+            break
     counts = Counter(assigned[k] for k in voters)
     best = max(counts.values())
     return min(s for s, c in counts.items() if c == best)

@@ -22,6 +22,7 @@ keeping it on one stream is then harmless.
 """
 
 from collections import namedtuple
+from functools import cache
 from itertools import permutations
 
 PASS_THROUGH = frozenset(
@@ -187,11 +188,11 @@ def fusion_groups(view):
     """(pattern name, [node keys]) for every pattern and regrouping that matches in the view."""
     consumers = _data_consumers(view)
     for node in view.real_nodes():
-        for pattern in PATTERNS if node.op not in PASS_THROUGH else ():
-            for tree in pattern.trees:
+        for name, trees in _patterns_rooted_at(node.op):
+            for tree in trees:
                 matched = _match(view, node.key, tree)
                 if matched and len(matched) > 1:
-                    yield pattern.name, sorted(matched)
+                    yield name, sorted(matched)
                     break
         if node.op == "BiasAddGrad":  # merged with the Conv2DBackpropFilter reading the same gradient
             grad = node.inputs[0][0] if node.inputs else None
@@ -202,6 +203,20 @@ def fusion_groups(view):
             members = _tree(view, node, group, consumers)
             if len(members) > 1:
                 yield group.name, sorted(members)
+
+
+@cache
+def _patterns_rooted_at(op):
+    """[(pattern name, its trees whose root takes ``op``)] in PATTERNS order: a pattern's root is never a
+    pass-through op, so a node matches only the trees rooted at its own op type (most nodes none)."""
+    if op in PASS_THROUGH:
+        return ()
+    found = []
+    for pattern in PATTERNS:
+        trees = [tree for tree in pattern.trees if op in tree.ops]
+        if trees:
+            found.append((pattern.name, trees))
+    return tuple(found)
 
 
 def _match(view, key, pattern):
