@@ -8,8 +8,9 @@ from msopt.errors import InputError
 from msopt.graph import MAIN
 from msopt.protos import DTYPE_NAMES
 
-# From this many tasks on, the ops whose shapes stay unknown are found by a compiled pass first.
-COMPILED_FROM = 20000
+# From this many tasks on, the ops whose shapes stay unknown are found by a compiled pass first
+# (below, loading numba and its cached machine code, about half a second, costs more than it saves).
+COMPILED_FROM = 200000
 _UNKNOWN = (None, [("float", None)], [("int32", None)])  # by _unknown_outputs' state
 _COUNTS_ONLY = frozenset({"Shape", "Size", "Rank"})  # int32 whatever their input
 

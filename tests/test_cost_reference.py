@@ -87,10 +87,11 @@ def test_huge_shapes_keep_exact_integers():
     assert assert_same(view, target="a100", batch_size=2**31 - 1) > 0
 
 
-def test_layered_graph_equals_the_reference():
+def test_layered_graph_equals_the_reference(monkeypatch):
     """The benchmark's layered DAG (no attributes, no shapes) through the compiled unknown-shape pass."""
     from msopt import protos
 
+    monkeypatch.setattr(shapes, "COMPILED_FROM", 10000)
     rng = random.Random(5)
     graph = protos.GraphDef()
     width = 16
