@@ -44,6 +44,28 @@ class Tasks:
             arrays = self._csr = csr_of(self.inputs, self.control)
         return arrays
 
+    def neighbour_lists(self):
+        """(preds, succs): per task its distinct predecessors (data inputs in order, then control ones) and
+        its distinct successors ascending, as lists; what ``dict.fromkeys`` over the lists gives, from the arrays."""
+        data_ptr, data_src, _, control_ptr, control_src = self.csr()
+        n = len(self.key)
+        dst = np.concatenate(
+            [np.repeat(np.arange(n), np.diff(data_ptr)), np.repeat(np.arange(n), np.diff(control_ptr))]
+        )
+        src = np.concatenate([data_src, control_src])
+        kind = np.concatenate([np.zeros(len(data_src), np.int64), np.ones(len(control_src), np.int64)])
+        rank = np.empty(len(src), np.int64)
+        rank[np.lexsort((np.arange(len(src)), kind, dst))] = np.arange(len(src))  # a task's listing order
+        by_pair = np.lexsort((rank, src, dst))  # each (task, predecessor) pair, its first listing first
+        first = np.ones(len(src), bool)
+        first[1:] = (dst[by_pair][1:] != dst[by_pair][:-1]) | (src[by_pair][1:] != src[by_pair][:-1])
+        kept = by_pair[first]
+        kept = kept[np.lexsort((rank[kept], dst[kept]))]
+        preds = _lists(src[kept], np.bincount(dst[kept], minlength=n))
+        by_source = kept[np.lexsort((dst[kept], src[kept]))]
+        succs = _lists(dst[by_source], np.bincount(src[kept], minlength=n))
+        return preds, succs
+
     def op_codes(self):
         """(op names, per-task int64 code into them), computed once: per-op-type tables index it."""
         codes = self.__dict__.get("_op_codes")
@@ -83,3 +105,9 @@ def csr_of(inputs, control):
     np.cumsum([len(x) for x in control], out=control_ptr[1:])
     control_src = np.fromiter((s for x in control for s in x), np.int64, int(control_ptr[-1]))
     return data_ptr, data_src, data_port, control_ptr, control_src
+
+
+def _lists(values, counts):
+    """``values`` cut into consecutive lists of ``counts`` items."""
+    flat, bounds = values.tolist(), np.concatenate([[0], np.cumsum(counts)]).tolist()
+    return [flat[a:b] for a, b in zip(bounds, bounds[1:])]

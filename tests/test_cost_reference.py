@@ -104,3 +104,21 @@ def test_layered_graph_equals_the_reference(monkeypatch):
         op = {1: "Relu", 2: "AddV2", 3: "AddN"}[len(inputs)] if rng.random() < 0.98 else "Shape"
         graph.node.add(name=f"n{i}", op=op).input.extend(f"n{j}" for j in inputs)
     assert assert_same(GraphView(graph)) == shapes.COMPILED_FROM + 500
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_neighbour_lists_equal_the_lists_they_summarize(seed):
+    """The rules' predecessor and successor lists (Tasks.neighbour_lists, from the arrays) are what the
+    per-task lists give: distinct predecessors, data inputs in order then control ones; successors ascending."""
+    view = GraphView(random_graph(100 + seed, size=300))
+    tasks = outcome(lambda: CostModel(view).tasks)
+    if isinstance(tasks, tuple):
+        return
+    preds, succs = tasks.neighbour_lists()
+    assert preds == [list(dict.fromkeys([s for s, _ in i] + c)) for i, c in zip(tasks.inputs, tasks.control)]
+    expected = [[] for _ in preds]
+    for v, ps in enumerate(preds):
+        for u in ps:
+            expected[u].append(v)
+    assert succs == expected
+    assert sum(map(len, preds)) > 0
