@@ -120,7 +120,7 @@ def sample(tmp_path):
     return copy
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def sample_view():
     """``open(name)``: (model, view) of a sample model (a name under sample_models/, or a path), loaded read only."""
     from msopt.graph import GraphView

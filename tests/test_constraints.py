@@ -97,15 +97,11 @@ def mismatches(plan, executed):
     return wrong
 
 
-def view_of(name):
-    return GraphView(load(SAMPLES / name).graph_def)
-
-
 # -- colocation ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def linreg_colocation(tmp_path_factory):
+def linreg_colocation(sample_view, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("coloc")
-    view = view_of("linreg_tf1")
+    _, view = sample_view("linreg_tf1")
     raw = {"weight_x/read": 1}  # a rule moved the variable's read, not the variable
     plan, merges = apply(view, raw, 2)
     return (
@@ -135,9 +131,9 @@ def test_colocation_group_moves_whole_and_runs_where_planned(linreg_colocation):
 
 # -- resources and references ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def stage_resource(tmp_path_factory):
+def stage_resource(sample_view, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("res")
-    view = view_of("stage_tf1")
+    _, view = sample_view("stage_tf1")
     raw = {"model/MatMul/ReadVariableOp": 1, "stage/dense_1/kernel": 0}  # read and variable on different streams
     plan, merges = apply(view, raw, 2)
     return (
@@ -163,8 +159,8 @@ def test_resource_variable_follows_its_reader(stage_resource):
     assert after["outputs"] == before["outputs"]
 
 
-def test_embedding_table_goes_where_most_lookups_go():
-    view = view_of("deepfm_tf1")
+def test_embedding_table_goes_where_most_lookups_go(sample_view):
+    _, view = sample_view("deepfm_tf1")
     table = "input_layer/C10_embedding/embedding_weights"
     raw = {
         f"{table}/Initializer/zeros": 2,
@@ -176,8 +172,8 @@ def test_embedding_table_goes_where_most_lookups_go():
     assert plan[table] == 3 and plan[f"{table}/Initializer/zeros"] == 3 and plan[f"{table}/Read/ReadVariableOp"] == 3
 
 
-def test_tf2_resource_arguments_are_followed_to_the_caller():
-    view = view_of("linreg_tf2")
+def test_tf2_resource_arguments_are_followed_to_the_caller(sample_view):
+    _, view = sample_view("linreg_tf2")
     read = "__inference_serve_173:MatMul_1/ReadVariableOp"
     plan, merges = apply(view, {read: 1}, 2)
     assert plan["weight_y"] == 1  # the main graph's VarHandleOp behind the function argument
@@ -187,9 +183,9 @@ def test_tf2_resource_arguments_are_followed_to_the_caller():
 
 
 @pytest.fixture(scope="module")
-def linreg_tf2_runs(tmp_path_factory):
+def linreg_tf2_runs(sample_view, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tf2")
-    view = view_of("linreg_tf2")
+    _, view = sample_view("linreg_tf2")
     raw = {k: s for k, s in ((n.key, n.stream) for n in view.real_nodes()) if s is not None}  # its tf.stream ids
     plan, _ = apply(view, raw, 2)
     raw_path, plan_path = write(tmp, "linreg_tf2", raw, "raw"), write(tmp, "linreg_tf2", plan, "plan")
@@ -222,9 +218,9 @@ def test_tf2_captured_variable_device_is_written_and_honoured(linreg_tf2_runs):
 
 # -- TF1 control-flow frames -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def stage_frame(tmp_path_factory):
+def stage_frame(sample_view, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("frame")
-    view = view_of("stage_tf1")
+    _, view = sample_view("stage_tf1")
     body = [n.key for n in view.real_nodes() if n.name.startswith("model/while/")]
     raw = {k: (1 if k in ("model/while/Merge_1", "model/while/Switch_1", "model/while/Tanh") else 0) for k in body}
     plan, merges = apply(view, raw, 2)
@@ -285,8 +281,8 @@ def test_functional_while_bodies_are_partitioned_on_their_own(msopt, tmp_path):
 
 
 # -- host-only ops ---------------------------------------------------------------------------------
-def test_string_and_kernel_less_ops_keep_their_device():
-    view = view_of("stage_tf1")
+def test_string_and_kernel_less_ops_keep_their_device(sample_view):
+    _, view = sample_view("stage_tf1")
     raw = {n.key: 1 for n in view.real_nodes()}
     plan, merges = apply(view, raw, 2)
     host = host_only(view)
@@ -309,9 +305,9 @@ def test_host_only_plan_verifies(msopt, tmp_path):
 
 # -- Const copies ----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def deepfm_consts(tmp_path_factory):
+def deepfm_consts(sample_view, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("const")
-    view = view_of("deepfm_tf1")
+    _, view = sample_view("deepfm_tf1")
     raw = {n.key: 1 for n in view.real_nodes() if n.op == "FloorMod"}  # the hashing on stream 1,
     raw.update({n.key: 0 for n in view.real_nodes() if n.name.endswith("_embedding/Const")})  # its modulus pinned on 0
     plan, _ = apply(view, raw, 2)
@@ -419,9 +415,9 @@ def test_tf_keras_model_plan_is_honoured_only_with_saved_variable_devices(msopt,
 
 # -- fusable chains --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def towers_fusion(tmp_path_factory):
+def towers_fusion(sample_view, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fusion")
-    view = view_of("towers_tf1")
+    _, view = sample_view("towers_tf1")
     raw = {"tower_0/ConvNet/BiasAdd": 1}  # Conv2D and Relu stay on stream 0
     plan, merges = apply(view, raw, 2)
     return (

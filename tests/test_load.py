@@ -13,11 +13,6 @@ from msopt.load import load
 pytestmark = pytest.mark.tf
 
 
-def view_of(name):
-    model = load(SAMPLES / name)
-    return model, GraphView(model.graph_def)
-
-
 @pytest.mark.parametrize(
     "name, fmt, text",
     [
@@ -28,8 +23,8 @@ def view_of(name):
         ("towers_tf1.meta", "meta_graph", False),
     ],
 )
-def test_every_format_loads(name, fmt, text):
-    model, view = view_of(name)
+def test_every_format_loads(sample_view, name, fmt, text):
+    model, view = sample_view(name)
     assert (model.format, model.text) == (fmt, text)
     matmuls = sum(1 for n in view.real_nodes() if n.op == "MatMul")
     # linreg: X@W_X and Y@W_Y (the TF2 form holds them in two traced functions); towers: 2 dense x 2 towers
@@ -44,10 +39,10 @@ def test_text_saved_model(tmp_path):
     assert len(model.graph_def.node) == len(saved.meta_graphs[0].graph_def.node)
 
 
-def test_one_view_for_tf1_and_tf2():
+def test_one_view_for_tf1_and_tf2(sample_view):
     """The same rule (find the Y branch's MatMul and what feeds it) works on both forms."""
     for name in ("linreg_tf1", "linreg_tf2"):
-        _, view = view_of(name)
+        _, view = sample_view(name)
         matmuls = [n for n in view.real_nodes() if n.op == "MatMul"]
         assert len(matmuls) >= 2
         for mm in matmuls:
@@ -56,8 +51,8 @@ def test_one_view_for_tf1_and_tf2():
             assert mm.outputs, "a MatMul feeds something"
 
 
-def test_function_bodies_edges_args_and_calls():
-    model, view = view_of("towers_tf2")
+def test_function_bodies_edges_args_and_calls(sample_view):
+    model, view = sample_view("towers_tf2")
     assert model.is_tf2
     callers = [n for n in view.real_nodes() if n.calls]
     assert callers, "TF2 main graph calls functions"
@@ -74,15 +69,15 @@ def test_function_bodies_edges_args_and_calls():
     assert any(view.nodes[src].virtual for n in body_nodes for src, _ in n.inputs)
 
 
-def test_existing_stream_ids_seen_in_main_graph_and_functions():
-    _, v1 = view_of("linreg_tf1")
-    _, v2 = view_of("linreg_tf2")
+def test_existing_stream_ids_seen_in_main_graph_and_functions(sample_view):
+    _, v1 = sample_view("linreg_tf1")
+    _, v2 = sample_view("linreg_tf2")
     assert {n.stream for n in v1.real_nodes()} == {None, 0, 1}
     assert {n.stream for n in v2.real_nodes() if n.function} >= {0, 1}
 
 
-def test_unregistered_op_loads_without_tensorflow():
-    model, view = view_of("custom_op_tf1")
+def test_unregistered_op_loads_without_tensorflow(sample_view):
+    model, view = sample_view("custom_op_tf1")
     assert "MsoptTestUnregisteredOp" in view.op_histogram()
 
 
