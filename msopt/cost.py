@@ -152,9 +152,10 @@ class CostModel:
         # Each data input: the output it reads, if that task has it (a port past the outputs reads nothing).
         width = np.diff(out_ptr)[data_src]
         port = np.where(data_port < 0, data_port + width, data_port)
-        if (port < 0).any():  # as a list index would: a negative port beyond the outputs is an error
-            raise IndexError("list index out of range")
-        valid = data_port < width
+        if (port < 0).any():  # as a list index would: a kernel's negative port beyond the outputs is an error
+            if kernel[np.repeat(np.arange(n), np.diff(data_ptr))[port < 0]].any():
+                raise IndexError("list index out of range")
+        valid = (data_port < width) & (port >= 0)
         read = np.where(valid, out_ptr[data_src] + port, 0)
         zero = np.zeros(1, exact)[0]
         in_elems = _segment_sums(np.where(valid, elems[read] if len(elems) else zero, zero), data_ptr)
