@@ -330,6 +330,13 @@ def _distinct(values):
     return values[np.concatenate(([True], values[1:] != values[:-1]))] if len(values) else values
 
 
+def _kahn(ptr, successors, pending):
+    """msopt.order's topological sort (Kahn's, first ready first served) of the CSR successor arrays, as an array."""
+    flat_succ, bounds = successors.tolist(), ptr.tolist()
+    order = topological_order([flat_succ[a:b] for a, b in zip(bounds, bounds[1:])], pending.tolist())
+    return np.asarray(order, np.int64)
+
+
 def _topological(out, built, data, control):
     """Renumber tasks in the order TensorFlow's executor would find them ready (FIFO over ready ops)."""
     n = len(built.key)
@@ -343,15 +350,13 @@ def _topological(out, built, data, control):
     pending = np.bincount(succ_dst, minlength=n)
     ptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(succ_src, minlength=n), out=ptr[1:])
-    flat_succ, bounds = succ_dst.tolist(), ptr.tolist()
-    order = topological_order([flat_succ[a:b] for a, b in zip(bounds, bounds[1:])], pending.tolist())
-    order = np.asarray(order, np.int64)
+    order = _kahn(ptr, succ_dst, pending)
     new = np.empty(n, np.int64)
     new[order] = np.arange(n, dtype=np.int64)
     positions = order.tolist()
     out.key = list(map(built.key.__getitem__, positions))
     out.op = list(map(built.op.__getitem__, positions))
-    out.instance = list(map(built.instance.__getitem__, positions))
+    out.instance = list(map(built.instance.__getitem__, positions)) if len(built.instances) > 1 else [0] * n
     out.node = list(map(built.node.__getitem__, positions))
     out._op_codes = (built.op_codes[0], built.op_codes[1][order])
     del out.inputs, out.control  # made from the arrays on first use
