@@ -10,7 +10,7 @@ of every request share the GPU (the simulator's processor sharing), the launches
 context-wide resource (``launch_contention``), the executors the inter-op pool.
 
 One cost model is simulated as a task graph of R copies of the request (R = 4 x concurrency by
-default), released by the loop (msopt.simulate's ``requests`` hook). Throughput is measured in the
+default), released by the loop (Requests, which msopt.event_loop reads as arrays). Throughput is measured in the
 steady state: over the completions between the concurrency-th and the (R - concurrency)-th, so
 neither the burst of the first requests nor the drain of the last counts; latency (issue to
 completion) over the requests issued in that window. Not modelled: host-to-device and
@@ -19,9 +19,10 @@ device-to-host copies of the inputs and outputs, the client's own time, batching
 
 import copy
 
+import numpy as np
+
 from msopt.errors import InputError
-from msopt.gc_pause import gc_paused
-from msopt.simulate import _run, streams_of
+from msopt.simulate import Loop, TaskArrays, check_streams, run_tasks, streams_of, task_arrays
 
 CONCURRENCIES = (1, 2, 4, 8, 16, 32)  # the table's columns
 REQUESTS_PER_SLOT = 4  # R = this x concurrency requests per simulated load
@@ -30,27 +31,26 @@ CLOSE = 0.01  # candidates within 1 % of the best robust throughput count as equ
 
 
 class _Copies:
-    """R copies of a cost model's tasks, in the shape msopt.simulate's event loop reads (task i of copy r is
+    """R copies of a cost model's tasks as the simulator's arrays (msopt.simulate.TaskArrays; task i of copy r is
     r * n + i)."""
 
     def __init__(self, cost_model, copies):
-        n = len(cost_model)
+        base = task_arrays(cost_model)
+        n, edges = len(cost_model), len(base.dst)
         self.target = cost_model.target
-        self.tasks = type("Tasks", (), {"key": cost_model.tasks.key * copies})()
-        self.duration = cost_model.duration * copies
-        self.share = cost_model.share * copies
-        self.kernel = cost_model.kernel * copies
-        self.neutral = cost_model.neutral * copies
-        self.out_bytes = cost_model.out_bytes * copies
-        succ = cost_model.successors()
-        self._succ = [[(j + r * n, port) for j, port in row] for r in range(copies) for row in succ]
-        self._preds = cost_model.pred_count() * copies
-
-    def successors(self):
-        return self._succ
-
-    def pred_count(self):
-        return self._preds
+        self.copies = copies
+        shift = np.repeat(np.arange(copies, dtype=np.int64) * n, edges)
+        self.arrays = TaskArrays(
+            ptr=np.concatenate([(base.ptr[:-1] + r * edges) for r in range(copies)] + [[copies * edges]]),
+            dst=np.tile(base.dst, copies) + shift,
+            port=np.tile(base.port, copies),
+            nbytes=np.tile(base.nbytes, copies),
+            duration=np.tile(base.duration, copies),
+            share=np.tile(base.share, copies),
+            kernel=np.tile(base.kernel, copies),
+            neutral=np.tile(base.neutral, copies),
+            sources=base.sources,  # of one request: the loop gates them in each copy
+        )
 
     def on(self, target):
         """The same copies under another host (a corner of the host box)."""
@@ -60,51 +60,33 @@ class _Copies:
 
 
 class Requests:
-    """The closed loop: which executor runs each task, which tasks wait for their request's release, and
-    ``done(task, at)``, called by the event loop as each task completes, which issues the next request."""
+    """The closed loop: which executor runs each task, which tasks wait for their request's issue, and, once
+    simulated, when each request was issued and finished. ``concurrency`` requests start together; the completion
+    of a request's last task issues the next (msopt.event_loop runs the loop, from ``loop``)."""
 
-    def __init__(self, stream_of, preds, copies, concurrency, streams, partition_overhead_us):
+    def __init__(self, stream_of, copies, concurrency, streams, partition_overhead_us):
         n = len(stream_of)
         self.n, self.copies, self.concurrency, self.streams = n, copies, concurrency, streams
-        self.executor_of = [r * streams + s for r in range(copies) for s in stream_of]
-        self.executors = copies * streams
-        used = sorted(set(stream_of))
-        self.active = min(concurrency, copies) * len(used)  # executors that may run at once
-        self._sources = [i for i, p in enumerate(preds) if p == 0]  # a request's tasks without inputs
-        self.gate = [1 if p == 0 else 0 for p in preds] * copies  # ... wait for the request to be issued
-        self._ranks = [(s, rank * partition_overhead_us) for rank, s in enumerate(used)]  # executors start apart
-        self.remaining = [n] * copies
+        base = np.asarray(stream_of, np.int64).reshape(n)
+        used = np.flatnonzero(np.bincount(base, minlength=streams))  # ascending
+        self.loop = Loop(
+            tasks=n,
+            executors_per_request=streams,
+            executor_of=(np.arange(copies, dtype=np.int64)[:, None] * streams + base[None, :]).reshape(-1),
+            executors=copies * streams,
+            active=min(concurrency, copies) * len(used),  # executors that may run at once
+            concurrency=concurrency,
+            rank_streams=used,
+            rank_offsets=np.arange(len(used)) * partition_overhead_us,  # a request's executors start apart
+        )
         self.issued = [0.0] * copies
         self.finished = [0.0] * copies
-        self.next = 0
-
-    def _issue(self, at):
-        r = self.next
-        self.next += 1
-        self.issued[r] = at
-        base = r * self.n
-        starts = [(r * self.streams + s, at + offset) for s, offset in self._ranks]
-        return (at, [base + i for i in self._sources], starts)
-
-    def done(self, i, at):
-        """[(time, tasks to release, [(executor, start time)])] for the requests issued by this completion."""
-        if i is None:  # the start: ``concurrency`` requests at once
-            return [self._issue(at) for _ in range(min(self.concurrency, self.copies))]
-        r = i // self.n
-        if at > self.finished[r]:
-            self.finished[r] = at
-        self.remaining[r] -= 1
-        if self.remaining[r] or self.next >= self.copies:
-            return ()
-        return [self._issue(self.finished[r])]
 
 
 def lane_streams(cost_model, partition, streams, lanes):
     """Each task's stream within its lane (validated against ``streams``), for one request."""
     stream_of = streams_of(cost_model, partition)
-    for key, s in zip(cost_model.tasks.key, stream_of):
-        if not isinstance(s, int) or not 0 <= s < streams:
-            raise ValueError(f"node '{key}' is on stream {s}, outside [0, {streams})")
+    check_streams(cost_model.tasks.key, stream_of, streams)
     return stream_of
 
 
@@ -121,12 +103,19 @@ def load(cost_model, partition, streams, concurrency, lanes, requests=None, copi
         raise ValueError(f"simulate at least {2 * concurrency + 1} requests for concurrency {concurrency}")
     base = lane_streams(cost_model, partition, streams, lanes)
     replicas = copies if copies is not None else _Copies(cost_model, count)
-    target = replicas.target
-    loop = Requests(base, cost_model.pred_count(), count, concurrency, streams, target.partition_overhead_us)
-    stream_of = [s + (r % lanes) * streams for r in range(count) for s in base]
-    with gc_paused():
-        _run(replicas, lanes * streams, stream_of, record_waits=False, requests=loop)
-    return _figures(loop, cost_model.batch_size)
+    return _figures(closed_loop(replicas, base, streams, concurrency, lanes), cost_model.batch_size)
+
+
+def closed_loop(replicas, base, streams, concurrency, lanes):
+    """The simulated closed loop over ``replicas`` (_Copies) with one request's tasks on ``base``'s streams ->
+    Requests, with when each request was issued and finished."""
+    count = replicas.copies
+    loop = Requests(base, count, concurrency, streams, replicas.target.partition_overhead_us)
+    lane = (np.arange(count, dtype=np.int64) % lanes) * streams  # request r runs on lane r mod K
+    stream_of = (lane[:, None] + np.asarray(base, np.int64)[None, :]).reshape(-1)
+    *_, issued, finished = run_tasks(replicas.arrays, replicas.target, lanes * streams, stream_of, loop=loop.loop)
+    loop.issued, loop.finished = issued.tolist(), finished.tolist()
+    return loop
 
 
 def _figures(loop, batch_size):

@@ -22,7 +22,6 @@ keeping it on one stream is then harmless.
 """
 
 from collections import namedtuple
-from functools import cache
 from itertools import permutations
 
 PASS_THROUGH = frozenset(
@@ -187,8 +186,10 @@ GROUPS = (
 def fusion_groups(view):
     """(pattern name, [node keys]) for every pattern and regrouping that matches in the view."""
     consumers = _data_consumers(view)
+    present = frozenset(node.op for node in view.real_nodes())
+    rooted = {op: _patterns_rooted_at(op, present) for op in present}
     for node in view.real_nodes():
-        for name, trees in _patterns_rooted_at(node.op):
+        for name, trees in rooted[node.op]:
             for tree in trees:
                 matched = _match(view, node.key, tree)
                 if matched and len(matched) > 1:
@@ -205,18 +206,23 @@ def fusion_groups(view):
                 yield group.name, sorted(members)
 
 
-@cache
-def _patterns_rooted_at(op):
-    """[(pattern name, its trees whose root takes ``op``)] in PATTERNS order: a pattern's root is never a
-    pass-through op, so a node matches only the trees rooted at its own op type (most nodes none)."""
+def _patterns_rooted_at(op, present):
+    """[(pattern name, its trees whose root takes ``op``)] in PATTERNS order, leaving out trees needing an op
+    type the graph lacks (``present``): a pattern's root is never a pass-through op, so a node matches only the
+    trees rooted at its own op type (most nodes none)."""
     if op in PASS_THROUGH:
         return ()
     found = []
     for pattern in PATTERNS:
-        trees = [tree for tree in pattern.trees if op in tree.ops]
+        trees = [tree for tree in pattern.trees if op in tree.ops and _possible(tree, present)]
         if trees:
             found.append((pattern.name, trees))
     return tuple(found)
+
+
+def _possible(tree, present):
+    """Whether every node of ``tree`` can take an op type of the graph."""
+    return tree is ANY or (bool(tree.ops & present) and all(_possible(child, present) for child in tree.children))
 
 
 def _match(view, key, pattern):

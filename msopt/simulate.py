@@ -13,7 +13,12 @@ Public API (stable; the rules, the partition report and the visualizer call it):
     result.events()      # [{"key", "op", "stream", "start_us", "end_us"}] for every op that launches a kernel
     result.waits         # [{"src", "dst", "src_stream", "dst_stream", "at_us", "ready_us", "bytes"}] per cross-stream
                          #  wait; src and dst are task ids (cost_model.tasks.key[i] is the node key)
-    result.start, result.end, result.stream_of   # per task id, microseconds and stream
+    result.start, result.end, result.stream_of   # per task id, microseconds and stream (lists, built on first use)
+
+The event loop itself is compiled (msopt.event_loop, numba through msopt.jit; imported on the first
+simulation, never by ``import msopt``): ``task_arrays(cost_model)`` flattens the tasks once per cost
+model, ``run_tasks`` runs them; every simulation (single runs, host corners, requests in flight) goes
+through it.
 
 The partition maps node keys to streams. An op inside a function body that the partition does not
 name runs where its caller runs (TensorFlow places a called function's unplaced ops on the call's
@@ -40,11 +45,12 @@ The model of the machine (constants and sources in msopt.host_model and docs/ref
     sharing, tracked with a virtual clock, so each event costs O(log n)).
 """
 
-import heapq
-from collections import deque
+from itertools import chain
+from typing import NamedTuple
+
+import numpy as np
 
 from msopt.bound import lower_bound  # noqa: F401  (re-exported: the cost model caches it)
-from msopt.gc_pause import gc_paused
 from msopt.host_model import host_settings
 
 
@@ -55,14 +61,36 @@ class Result:
         self.cost_model = cost_model
         self.streams = streams
         self.stream_of = stream_of  # per task
-        self.start = start  # per task, microseconds
-        self.end = end
-        self._waits = waits  # tuples (src, dst, src stream, dst stream, at, ready, bytes): small for big graphs
+        self._start, self._end = start, end  # numpy arrays: lists on first use (most callers need the makespan only)
+        self._times = {}
+        self._wait_rows = waits  # (int columns, float columns) of the waits
         self.syncs = syncs
         self.copies = copies
         self.copy_bytes = copy_bytes
         self.busy_us = busy  # per stream: time some kernel of the stream ran
-        self.makespan_us = max(end, default=0.0)
+        self.makespan_us = float(end.max()) if len(end) else 0.0
+
+    @property
+    def start(self):
+        """Per task, when it started (microseconds)."""
+        if "start" not in self._times:
+            self._times["start"] = self._start.tolist()
+        return self._times["start"]
+
+    @property
+    def end(self):
+        """Per task, when it ended (microseconds)."""
+        if "end" not in self._times:
+            self._times["end"] = self._end.tolist()
+        return self._times["end"]
+
+    @property
+    def _waits(self):
+        """Tuples (src, dst, src stream, dst stream, at, ready, bytes): small for big graphs."""
+        ints, floats = self._wait_rows
+        src, dst, src_stream, dst_stream, nbytes = ints.T.tolist() if len(ints) else ([],) * 5
+        at, ready = floats.T.tolist() if len(floats) else ([],) * 2
+        return list(zip(src, dst, src_stream, dst_stream, at, ready, nbytes))
 
     @property
     def single_stream_us(self):
@@ -154,240 +182,127 @@ def streams_of(cost_model, partition):
 def simulate(view, partition, streams, cost_model):
     """Simulate one run of ``cost_model``'s tasks with ``partition`` over ``streams`` streams -> Result."""
     stream_of = streams_of(cost_model, partition)
-    for key, s in zip(cost_model.tasks.key, stream_of):
+    return _run(cost_model, streams, stream_of, True, check_streams(cost_model.tasks.key, stream_of, streams))
+
+
+def check_streams(keys, stream_of, streams):
+    """``stream_of`` as an int64 array if every task's stream is an int in [0, streams), else ValueError naming the
+    first node outside."""
+    found = np.asarray(stream_of) if len(stream_of) else np.zeros(0, np.int64)
+    if found.dtype.kind in "iu" and (not len(found) or (found.min() >= 0 and found.max() < streams)):
+        return found.astype(np.int64, copy=False)
+    for key, s in zip(keys, stream_of):
         if not isinstance(s, int) or not 0 <= s < streams:
             raise ValueError(f"node '{key}' is on stream {s}, outside [0, {streams})")
-    with gc_paused():
-        return _run(cost_model, streams, stream_of, record_waits=True)
+    return np.asarray(stream_of, np.int64)  # booleans
 
 
-def _run(cm, streams, stream_of, record_waits, requests=None):
-    """One run; ``requests`` (msopt.concurrency.Requests) runs several requests in flight: its own executors per
-    request (``executor_of``), sources gated until ``requests.done`` releases them, the streams shared."""
-    t, target = cm.tasks, cm.target
-    n = len(t.key)
-    duration, share, kernel, neutral, out_bytes = cm.duration, cm.share, cm.kernel, cm.neutral, cm.out_bytes
-    succ, preds = cm.successors(), cm.pred_count()
-    launch, sync, overhead = target.launch_us, target.sync_us, target.op_overhead_us
-    serial = target.launch_contention * launch  # held on the driver's context-wide resource
-    own = launch - serial  # on the launching thread alone
-    copy_fixed, copy_rate = target.copy_latency_us, target.copy_gbs * 1e3  # bytes per microsecond
-    inf = float("inf")
+class TaskArrays(NamedTuple):
+    """A cost model's tasks as the compiled event loop reads them (msopt.event_loop)."""
 
-    # An edge i -> j is "local" when both ops share a stream or i is read in place (a constant, an input):
-    # j may be launched once i is launched. Otherwise j waits on the host for i's data on the device,
-    # plus the event sync and the copy.
-    host_pending = list(preds) if requests is None else [p + g for p, g in zip(preds, requests.gate)]
-    device_pending = [p + 1 if not kernel[i] else 0 for i, p in enumerate(preds)]  # no-kernel ops: inputs on device
-    host_ready = [0.0] * n
-    device_ready = [0.0] * n  # for a no-kernel op: when its inputs (hence its outputs) exist on the device
-    start = [0.0] * n
-    end = [0.0] * n
-    transfers = {}  # (src task, port or -1 for control, dst stream) -> arrival time
-    waits = []
-    moved = [0, 0]  # copies, bytes
+    ptr: np.ndarray  # successors of task i: edges ptr[i]:ptr[i + 1], in the cost model's successors() order
+    dst: np.ndarray  # per edge: the consumer
+    port: np.ndarray  # per edge: the output index, -1 for a control edge
+    nbytes: np.ndarray  # per edge: the bytes of that output (0 for a control edge)
+    duration: np.ndarray  # per task: standalone microseconds
+    share: np.ndarray  # per task: GPU share
+    kernel: np.ndarray  # per task: launches a kernel
+    neutral: np.ndarray  # per task: read in place by every stream (a constant, an input)
+    sources: np.ndarray  # tasks without inputs, ascending
 
-    host = [(0.0, i) for i in range(n) if host_pending[i] == 0]
-    heapq.heapify(host)
-    executor_of, executors = (stream_of, streams) if requests is None else (requests.executor_of, requests.executors)
-    active = streams if requests is None else requests.active  # executors that may run at once
-    pool = [0.0] * max(1, min(target.launch_threads, active))  # when each inter-op thread is next free (a heap)
-    executor_free = [0.0] * executors  # each stream's executor handles one op at a time
-    backlog = [deque() for _ in range(executors)]  # ops ready while their executor was busy, in ready order
-    waking = [False] * executors  # a wake-up of the executor is in the host heap (task id -1 - executor)
-    for rank, s in enumerate(sorted(set(stream_of)) if requests is None else ()):  # one executor per stream,
-        executor_free[s] = rank * target.partition_overhead_us  # the run starts them one after another
-    driver = [0.0]  # when the driver's context-wide launch resource is next free
-    merge = target.merge_copy_streams
-    copy_lanes = [[0.0] * target.copy_streams for _ in range(streams)] if target.copy_streams > 0 else None
-    stream_block = [0.0] * streams  # merged copies: the compute stream is busy copying until then
-    queue = [[] for _ in range(streams)]  # per stream: launched kernels in launch order
-    qhead = [0] * streams
-    stream_busy = [False] * streams
-    busy_total = [0.0] * streams
-    waiting_streams = []  # streams that got a launch while possibly idle
-    running = []  # (virtual finish, task)
-    demand = 0.0
-    vclock = 0.0
-    now = 0.0
-    starts = []  # (time, task): kernels whose start time is known
-    done = 0
 
-    def satisfy(j, at):
-        if at > host_ready[j]:
-            host_ready[j] = at
-        host_pending[j] -= 1
-        if host_pending[j] == 0:
-            heapq.heappush(host, (host_ready[j], j))
+def task_arrays(cm):
+    """``cm``'s TaskArrays, built once per cost model (shared with its with_target copies)."""
+    cache = cm.__dict__.setdefault("_arrays", {})
+    if "tasks" not in cache:
+        cache["tasks"] = _build_arrays(cm)
+    return cache["tasks"]
 
-    def on_host(i, at):
-        """i's outputs are known to the host at ``at`` (launched, or passed through)."""
-        s = stream_of[i]
-        local = neutral[i]
-        for j, _port in succ[i]:
-            if local or stream_of[j] == s:
-                satisfy(j, at)
 
-    def on_device(first, at):
-        """first's outputs exist on the device at ``at`` (a worklist: pass-through ops chain on)."""
-        work = [(first, at)]
-        while work:
-            i, at = work.pop()
-            s = stream_of[i]
-            local = neutral[i]
-            for j, port in succ[i]:
-                sj = stream_of[j]
-                if not (local or sj == s):
-                    key = (i, port, sj)
-                    ready = transfers.get(key)
-                    if ready is None:
-                        nbytes = out_bytes[i][port] if 0 <= port < len(out_bytes[i]) else 0
-                        ready = at + sync
-                        if port >= 0:
-                            ready = sync + copy_done(s, at, copy_fixed + nbytes / copy_rate)
-                        transfers[key] = ready
-                        if port >= 0:
-                            moved[0] += 1
-                            moved[1] += nbytes
-                        if record_waits:
-                            waits.append((i, j, s, sj, at, ready, nbytes if port >= 0 else 0))
-                    satisfy(j, ready)
-                if not kernel[j]:
-                    if at > device_ready[j]:
-                        device_ready[j] = at
-                    device_pending[j] -= 1
-                    if device_pending[j] == 0:
-                        end[j] = device_ready[j]
-                        work.append((j, device_ready[j]))
+def _build_arrays(cm):
+    t, n = cm.tasks, len(cm)
+    ints = lambda values, count=-1: np.fromiter(values, np.int64, count)  # noqa: E731
+    data_count, control_count = ints(map(len, t.inputs), n), ints(map(len, t.control), n)
+    data = ints(chain.from_iterable(chain.from_iterable(t.inputs)), 2 * int(data_count.sum())).reshape(-1, 2)
+    control = ints(chain.from_iterable(t.control), int(control_count.sum()))
+    src = np.concatenate([data[:, 0], control])
+    dst = np.concatenate([np.repeat(np.arange(n), data_count), np.repeat(np.arange(n), control_count)])
+    port = np.concatenate([data[:, 1], np.full(len(control), -1, np.int64)])
+    kind = np.concatenate([np.zeros(len(data), np.int64), np.ones(len(control), np.int64)])
+    order = np.lexsort((kind, dst, src))  # per producer, by consumer, its data inputs before its control ones
+    src, dst, port = src[order], dst[order], port[order]
+    out_count = ints(map(len, cm.out_bytes), n)
+    out_start = np.concatenate([[0], np.cumsum(out_count)])
+    out_values = ints(chain.from_iterable(cm.out_bytes), int(out_start[-1]))
+    known = (port >= 0) & (port < out_count[src])
+    nbytes = np.zeros(len(dst), np.int64)
+    nbytes[known] = out_values[out_start[src[known]] + port[known]]
+    return TaskArrays(
+        ptr=np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))]).astype(np.int64),
+        dst=dst,
+        port=port,
+        nbytes=nbytes,
+        duration=np.asarray(cm.duration, np.float64).reshape(n),
+        share=np.asarray(cm.share, np.float64).reshape(n),
+        kernel=np.asarray(cm.kernel, np.bool_).reshape(n),
+        neutral=np.asarray(cm.neutral, np.bool_).reshape(n),
+        sources=np.flatnonzero((data_count + control_count) == 0).astype(np.int64),
+    )
 
-    def released(opened):
-        """Requests released at ``at``: their executors' start times, then their gated sources."""
-        for at, tasks, starts in opened:
-            for e, free in starts:
-                executor_free[e] = free
-            for j in tasks:
-                satisfy(j, at)
 
-    if requests is not None:
-        released(requests.done(None, 0.0))
+class Loop(NamedTuple):
+    """Requests in flight (msopt.concurrency): R copies of the tasks, each request's own executors, sources gated
+    until the closed loop issues their request. A single run is one request of one copy."""
 
-    def copy_done(s, at, took):
-        """When a copy of ``took`` microseconds, issued by stream ``s`` at ``at``, is done."""
-        if merge:  # on the compute stream: the stream's next kernel waits for it
-            begin = at if at > stream_block[s] else stream_block[s]
-            stream_block[s] = begin + took
-            return begin + took
-        if copy_lanes is None:
-            return at + took
-        lanes = copy_lanes[s]
-        begin = at if at > lanes[0] else lanes[0]
-        heapq.heapreplace(lanes, begin + took)
-        return begin + took
+    tasks: int  # tasks per request
+    executors_per_request: int
+    executor_of: np.ndarray  # per task of the R copies
+    executors: int
+    active: int  # executors that may run at once (the inter-op pool is at most this big)
+    concurrency: int  # requests issued at the start; each completion issues the next
+    rank_streams: np.ndarray  # a request's streams, in the order its executors start
+    rank_offsets: np.ndarray  # ... and when, after the request is issued
 
-    while done < n:
-        # Each stream's executor handles, one at a time, every op whose inputs it knows ready (it never
-        # waits for the GPU), on a thread of the inter-op pool.
-        while host and host[0][0] <= now:
-            ready, i = heapq.heappop(host)
-            woken = i < 0
-            if woken:  # an executor is free: it takes the oldest op waiting for it
-                e = -1 - i
-                i = backlog[e].popleft()
-                waking[e] = False
-            s, e = stream_of[i], executor_of[i]
-            if kernel[i] or overhead > 0:
-                if not woken and (backlog[e] or executor_free[e] > ready):  # the executor is busy: wait in line
-                    backlog[e].append(i)
-                    if not waking[e]:
-                        waking[e] = True
-                        heapq.heappush(host, (executor_free[e], -1 - e))
-                    continue
-                if pool[0] > ready:  # every pool thread is busy (fewer threads than streams): back when one is free
-                    if woken:  # the executor keeps its place: its oldest op stays first in line
-                        backlog[e].appendleft(i)
-                        waking[e] = True
-                        heapq.heappush(host, (pool[0], -1 - e))
-                    else:
-                        heapq.heappush(host, (pool[0], i))
-                    continue
-                handled = ready + overhead
-            if kernel[i]:
-                host_free = handled + own
-                if serial > 0:
-                    host_free = (host_free if host_free > driver[0] else driver[0]) + serial
-                    driver[0] = host_free
-                executor_free[e] = host_free
-                heapq.heapreplace(pool, host_free)
-                if backlog[e] and not waking[e]:
-                    waking[e] = True
-                    heapq.heappush(host, (host_free, -1 - e))
-                queue[s].append((host_free, i))
-                waiting_streams.append(s)
-                on_host(i, host_free)
-            else:
-                if overhead > 0:
-                    executor_free[e] = handled
-                    heapq.heapreplace(pool, handled)
-                    ready = handled
-                    if backlog[e] and not waking[e]:
-                        waking[e] = True
-                        heapq.heappush(host, (handled, -1 - e))
-                start[i] = ready
-                done += 1
-                if requests is not None:
-                    released(requests.done(i, ready))
-                on_host(i, ready)
-                if ready > device_ready[i]:
-                    device_ready[i] = ready
-                device_pending[i] -= 1
-                if device_pending[i] == 0:
-                    end[i] = device_ready[i]
-                    on_device(i, device_ready[i])
-        # Idle streams start their next launched kernel (at its launch time or now).
-        for s in waiting_streams:
-            if not stream_busy[s] and qhead[s] < len(queue[s]):
-                at, i = queue[s][qhead[s]]
-                qhead[s] += 1
-                stream_busy[s] = True
-                heapq.heappush(starts, (max(at, now, stream_block[s]), i))
-        waiting_streams.clear()
-        # Advance to the next event: a kernel ends, a kernel starts, or the host finds an op ready.
-        rate = 1.0 / demand if demand > 1.0 else 1.0
-        t_end = now + (running[0][0] - vclock) / rate if running else inf
-        t_start = starts[0][0] if starts else inf
-        t_host = host[0][0] if host else inf
-        t_next = min(t_end, t_start, t_host)
-        if t_next == inf:
-            if done < n:
-                raise RuntimeError("simulation stalled: a dependency is never satisfied")
-            break
-        if t_next > now:
-            vclock += (t_next - now) * rate
-            now = t_next
-        if running and t_end <= t_start and t_end <= t_host:
-            _, i = heapq.heappop(running)
-            demand = demand - share[i] if running else 0.0
-            s = stream_of[i]
-            stream_busy[s] = False
-            busy_total[s] += now - start[i]
-            end[i] = now
-            done += 1
-            waiting_streams.append(s)
-            on_device(i, now)
-            if requests is not None:
-                released(requests.done(i, now))
-        elif starts and t_start <= t_host:
-            _, i = heapq.heappop(starts)
-            start[i] = now
-            demand += share[i]
-            heapq.heappush(running, (vclock + duration[i], i))
-    return Result(cm, streams, stream_of, start, end, waits, len(transfers), moved[0], moved[1], busy_total)
+
+def run_tasks(arrays, target, streams, stream_of, record_waits=False, loop=None):
+    """One run of ``arrays`` (TaskArrays) on ``target`` with each task on ``stream_of``'s stream (an int array)
+    through the compiled event loop -> (start, end, busy, syncs, copies, copy_bytes, (wait ints, wait floats),
+    issued, finished). ``loop`` (Loop) runs several requests; without it, one run."""
+    from msopt.event_loop import COPIES, COPY_BYTES, SYNCS, WAITS, run
+
+    if loop is None:
+        used = np.flatnonzero(np.bincount(stream_of, minlength=streams))  # ascending
+        offsets = np.arange(len(used)) * target.partition_overhead_us  # the run starts them one after another
+        loop = Loop(len(stream_of), streams, stream_of, streams, streams, 1, used, offsets)
+    graph = (arrays.ptr, arrays.dst, arrays.port, arrays.nbytes, stream_of, arrays.kernel, arrays.neutral)
+    request = (loop.tasks, loop.executors_per_request, arrays.sources, loop.rank_streams, loop.rank_offsets)
+    host = (target.launch_us, target.sync_us, target.op_overhead_us, target.launch_contention)
+    host = np.array([*host, target.copy_latency_us, target.copy_gbs * 1e3], np.float64)  # copy: bytes per us
+    ints = np.array([target.launch_threads, target.copy_streams, bool(target.merge_copy_streams)], np.int64)
+    start, end, busy, counters, waits_i, waits_f, issued, finished, stalled = run(
+        graph, arrays.duration, arrays.share, loop.executor_of, loop.executors, loop.active, streams, request,
+        loop.concurrency, host, ints, record_waits,
+    )  # fmt: skip
+    if stalled:
+        raise RuntimeError("simulation stalled: a dependency is never satisfied")
+    recorded = int(counters[WAITS])
+    figures = (int(counters[SYNCS]), int(counters[COPIES]), int(counters[COPY_BYTES]))
+    return (start, end, busy.tolist(), *figures, (waits_i[:recorded], waits_f[:recorded]), issued, finished)
+
+
+def _run(cm, streams, stream_of, record_waits, stream_array=None):
+    """One run of ``cm``'s tasks, each on its ``stream_of`` stream (``stream_array``: the same as int64) -> Result."""
+    if stream_array is None:
+        stream_array = np.asarray(stream_of, np.int64).reshape(len(cm))
+    start, end, busy, syncs, copies, nbytes, waits, _, _ = run_tasks(
+        task_arrays(cm), cm.target, streams, stream_array, record_waits
+    )
+    return Result(cm, streams, stream_of, start, end, waits, syncs, copies, nbytes, busy)
 
 
 def single_stream(cost_model):
     """The run with every op on stream 0."""
-    with gc_paused():
-        return _run(cost_model, 1, [0] * len(cost_model), record_waits=False)
+    return _run(cost_model, 1, [0] * len(cost_model), record_waits=False)
 
 
-__all__ = ["simulate", "single_stream", "lower_bound", "streams_of", "Result"]
+__all__ = ["simulate", "single_stream", "lower_bound", "streams_of", "task_arrays", "run_tasks", "Result"]
