@@ -219,8 +219,19 @@ class CostModel:
             self._out_bytes = [sizes[a:b] for a, b in zip(bounds, bounds[1:])]
         return self._out_bytes
 
+    @out_bytes.setter
+    def out_bytes(self, lists):  # figures given per task (a hand-built model): the arrays follow them
+        self._out_bytes = lists
+        self.__dict__.pop("_outputs", None)
+
     def output_arrays(self):
         """(ptr, bytes): task i's outputs are ptr[i]:ptr[i + 1], ``bytes`` int64 (object if they may not fit)."""
+        if "_outputs" not in self.__dict__:
+            lists = self._out_bytes
+            ptr = np.zeros(len(lists) + 1, np.int64)
+            np.cumsum(list(map(len, lists)), out=ptr[1:])
+            values = np.array(list(chain.from_iterable(lists)) or [0])[: int(ptr[-1])]
+            self._outputs = (ptr, values if values.dtype.kind == "i" else values.astype(object))
         return self._outputs
 
     # -- queries -----------------------------------------------------------------------------------
@@ -250,7 +261,7 @@ class CostModel:
     def successor_arrays(self):
         """``successors()`` as int64 arrays (ptr, consumer, port): task i's entries are ptr[i]:ptr[i + 1],
         by consumer, a consumer's data inputs in order before its control edge (computed once)."""
-        if self._succ_arrays is None:
+        if self.__dict__.get("_succ_arrays") is None:
             data_ptr, data_src, data_port, control_ptr, control_src = self.tasks.csr()
             n = len(self.tasks.key)
             src = np.concatenate([data_src, control_src])
