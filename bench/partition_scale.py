@@ -4,7 +4,8 @@ Each size runs in its own process (so peak memory is that size's alone): build a
 (each op reads 1 to 3 ops of the previous layer, now and then one from up to 8 layers back:
 fan-out 2 to 3 on average, branches and joins), build the graph view, then time make_plan.
 For auto, the cost model (msopt.cost) is built first and timed apart, as msopt partition
-builds it for its report whatever the policy; plan_s is make_plan (rule plus constraints).
+builds it for its report whatever the policy, step by step (flattening, shapes, the per-op
+pass); plan_s is make_plan (rule plus constraints).
 Targets (issue 4): 1M nodes in at most 30 s and 4 GB, and time growing near-linearly
 (1M / 100k at most 15x).
 
@@ -54,6 +55,37 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
 
 
+def timed_cost_model(view):
+    """(cost model, seconds, {step: seconds}): flattening, shape inference, and the per-op pass (the rest)."""
+    from msopt import cost as cost_module
+    from msopt.cost import CostModel, gc_paused
+
+    parts = {}
+
+    def timing(name, inner):
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                parts[name] = round(time.perf_counter() - started, 3)
+
+        return timed
+
+    originals = cost_module.flat_run, cost_module.infer_shapes
+    cost_module.flat_run = timing("flattening", cost_module.flat_run)
+    cost_module.infer_shapes = timing("shapes", cost_module.infer_shapes)
+    try:
+        started = time.perf_counter()
+        with gc_paused():
+            cost_model = CostModel(view)
+        elapsed = round(time.perf_counter() - started, 3)
+    finally:
+        cost_module.flat_run, cost_module.infer_shapes = originals
+    parts["per-op pass"] = round(elapsed - parts["flattening"] - parts["shapes"], 3)
+    return cost_model, elapsed, parts
+
+
 def measure(size, policy, streams):
     """In this process: build, view, plan; returns one result row."""
     from msopt.graph import GraphView
@@ -65,13 +97,9 @@ def measure(size, policy, streams):
     built = time.perf_counter() - started
     cost_s = None
     cost_model = None
+    cost_parts = None
     if policy == "auto":  # msopt partition builds the cost model for its report whatever the policy: timed apart
-        from msopt.cost import CostModel, gc_paused
-
-        started = time.perf_counter()
-        with gc_paused():
-            cost_model = CostModel(view)
-        cost_s = round(time.perf_counter() - started, 3)
+        cost_model, cost_s, cost_parts = timed_cost_model(view)
     before = peak_rss_mb()
     options = PlanOptions(streams=streams, policy=policy, const_dup=False)
     started = time.perf_counter()
@@ -86,6 +114,7 @@ def measure(size, policy, streams):
         "plan_s": round(elapsed, 3),
         "build_s": round(built, 3),
         "cost_model_s": cost_s,
+        "cost_model_parts_s": cost_parts,
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "rss_before_plan_mb": round(before, 1),
         "streams_used": len(set(plan.values()) | {0}),
@@ -147,6 +176,9 @@ def main():
                     f"{r['policy']:8} {r['nodes']:>8} {r['edges']:>8} {r['plan_s']:>8} {r['peak_rss_mb']:>8} {r['build_s']:>7}"
                     f" {r['cost_model_s'] if r['cost_model_s'] is not None else '-':>12}"
                 )
+        for r in rows:
+            if r.get("cost_model_parts_s"):
+                print(f"   cost model at {r['nodes']} nodes: {r['cost_model_parts_s']}")
         for c in summary["checks"]:
             print("  ", c)
 

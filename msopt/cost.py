@@ -16,6 +16,10 @@ take no time. Measured times from a costs file replace the standalone time of th
 import copy
 import json
 import math
+from itertools import chain, repeat
+from operator import itemgetter
+
+import numpy as np
 
 from msopt.errors import InputError
 from msopt.flat import Tasks, flat_run
@@ -30,6 +34,7 @@ from msopt.kernels import (  # noqa: F401  (re-exported: callers import the mode
     MAX_BATCH_SIZE,
     MEMORY_EFFICIENCY,
     MIN_KERNEL_US,
+    SHAPE_DEPENDENT_OPS,
     elements,
     flops_bytes,
     roofline,
@@ -105,66 +110,129 @@ class CostModel:
 
     def _build(self, view, model, batch_size, costs, signature):
         self.signature, self.tasks, feeds = flat_run(view, model, signature)
-        t = self.tasks
-        n = len(t.key)
-        self.shapes = infer_shapes(view, t, feeds)  # per task: [(dtype, shape or None)] by output index
+        self.shapes = infer_shapes(view, self.tasks, feeds)  # per task: [(dtype, shape or None)] by output index
         measured = (
             load_costs(costs) if isinstance(costs, (str, bytes)) or hasattr(costs, "__fspath__") else (costs or {})
         )
-        self.duration = [0.0] * n  # standalone microseconds
-        self.share = [0.0] * n  # fraction of the GPU the kernel occupies
-        self.kernel = [False] * n  # launches a kernel
-        self.flops = [0.0] * n
-        self.neutral = [t.op[i] in NEUTRAL_OPS for i in range(n)]
-        self.unknown_shapes = 0
-        self.measured = 0
-        self._out_elems = [[elements(shape, batch_size) for _, shape in outs] for outs in self.shapes]
-        self.out_bytes = [
-            [e * DTYPE_BYTES.get(dtype, 4) for e, (dtype, _) in zip(elems, outs)]
-            for elems, outs in zip(self._out_elems, self.shapes)
-        ]
-        for i in range(n):
-            self._cost(i, measured)
-        del self._out_elems  # only the costs need element counts
+        self._per_op_pass(measured)
         self._bound = None
         self._single = None
         self._succ = None
+        self._succ_arrays = None
         self._preds = None
         self._arrays = {}  # the simulator's arrays (msopt.simulate.task_arrays), shared with with_target's copies
 
-    # -- per task ------------------------------------------------------------------------------
-    def _cost(self, i, measured):
-        t, target = self.tasks, self.target
-        op, key = t.op[i], t.key[i]
-        if op in NO_KERNEL_OPS:
-            if key in measured and measured[key] > 0:  # a measured time wins even for an op we thought free
-                self.duration[i], self.share[i], self.kernel[i] = measured[key], 1.0 / target.sms, True
-                self.measured += 1
-            return
-        outs = self.shapes[i]
-        if not outs or any(shape is None for _, shape in outs):
-            self.unknown_shapes += 1
-        out_elems = sum(self._out_elems[i])
-        ins, in_elems, in_bytes = [], 0, 0
-        for src, port in t.inputs[i]:
-            if port < len(self.shapes[src]):
-                ins.append(self.shapes[src][port])
-                in_elems += self._out_elems[src][port]
-                in_bytes += self.out_bytes[src][port]
-            else:
-                ins.append(("float", None))
-        flops, bytes_moved = flops_bytes(
-            op, self.view.nodes[key].proto, ins, in_elems, in_bytes, out_elems, sum(self.out_bytes[i]), self.batch_size
-        )
-        share, standalone = roofline(op, outs[0][0] if outs else "float", flops, bytes_moved, out_elems, target)
-        self.flops[i] = flops
-        self.share[i] = share
-        self.kernel[i] = True
-        if key in measured:
-            self.duration[i] = measured[key]
-            self.measured += 1
-        else:
-            self.duration[i] = standalone
+    def _per_op_pass(self, measured):
+        """Every task's figures at once: element and byte counts as exact integers, the roofline as arrays."""
+        t, target, batch_size, shapes = self.tasks, self.target, self.batch_size, self.shapes
+        n = len(t.key)
+        per_op = t.ops_in  # a per-task boolean array from a set of op types
+        kernel = ~per_op(NO_KERNEL_OPS)
+        self.neutral = per_op(NEUTRAL_OPS).tolist()
+        # Every output of every task, flattened: element count and bytes (out_ptr[i]:out_ptr[i + 1] is task i's).
+        outputs = list(chain.from_iterable(shapes))
+        out_ptr = np.zeros(n + 1, np.int64)
+        np.cumsum(list(map(len, shapes)), out=out_ptr[1:])
+        out_shapes = list(map(itemgetter(1), outputs))
+        shape_ids = list(map(id, out_shapes))  # shapes are shared between tasks: each counted once
+        counted = {k: elements(shape, batch_size) for k, shape in dict(zip(shape_ids, out_shapes)).items()}
+        elems = list(map(counted.__getitem__, shape_ids))
+        out_dtypes = list(map(itemgetter(0), outputs))
+        sizes = list(map(DTYPE_BYTES.get, out_dtypes, repeat(4)))
+        data_ptr, data_src, data_port = t.csr()[:3]
+        fan_in = int(np.diff(data_ptr).max(initial=0))
+        widest = int(np.diff(out_ptr).max(initial=0))
+        largest = max(counted.values(), default=0) * max(sizes, default=0)
+        # Sums of a task's bytes stay below 2**53 (exact in a float too): int64, else Python ints.
+        exact = np.int64 if (largest + batch_size * 4) * (fan_in + 2 * widest + 2) < 2**53 else object
+        elems = np.array(elems, exact).reshape(-1)
+        out_bytes = elems * np.array(sizes, exact).reshape(-1)
+        self._outputs = (out_ptr, out_bytes)
+        out_elems = _segment_sums(elems, out_ptr)
+        own_bytes = _segment_sums(out_bytes, out_ptr)
+        # Each data input: the output it reads, if that task has it (a port past the outputs reads nothing).
+        width = np.diff(out_ptr)[data_src]
+        port = np.where(data_port < 0, data_port + width, data_port)
+        if (port < 0).any():  # as a list index would: a kernel's negative port beyond the outputs is an error
+            if kernel[np.repeat(np.arange(n), np.diff(data_ptr))[port < 0]].any():
+                raise IndexError("list index out of range")
+        valid = (data_port < width) & (port >= 0)
+        read = np.where(valid, out_ptr[data_src] + port, 0)
+        zero = np.zeros(1, exact)[0]
+        in_elems = _segment_sums(np.where(valid, elems[read] if len(elems) else zero, zero), data_ptr)
+        in_bytes = _segment_sums(np.where(valid, out_bytes[read] if len(elems) else zero, zero), data_ptr)
+        # FLOPs and bytes: max(outputs, inputs) FLOPs, 5 per output for FusedBatchNorm, shape-dependent ops one by one.
+        bytes_moved = in_bytes + own_bytes
+        flops = np.maximum(out_elems, in_elems).astype(np.float64)
+        batch_norm = per_op({op for op in t.op_codes()[0] if op.startswith("FusedBatchNorm")})
+        flops[batch_norm] = 5.0 * out_elems[batch_norm].astype(np.float64)
+        nodes = getattr(t, "node", None)
+        for i in np.flatnonzero(per_op(SHAPE_DEPENDENT_OPS) & kernel).tolist():
+            a, b = int(data_ptr[i]), int(data_ptr[i + 1])
+            ins = [
+                shapes[s][p] if p < len(shapes[s]) else ("float", None)
+                for s, p in zip(data_src[a:b].tolist(), data_port[a:b].tolist())
+            ]
+            proto = nodes[i].proto if nodes else self.view.nodes[t.key[i]].proto
+            flops[i], bytes_moved[i] = flops_bytes(
+                t.op[i],
+                proto,
+                ins,
+                int(in_elems[i]),
+                int(in_bytes[i]),
+                int(out_elems[i]),
+                int(own_bytes[i]),
+                batch_size,
+            )
+        # The roofline: the first output's dtype picks a GEMM's peak.
+        half = np.zeros(n, bool)
+        has_out = out_ptr[1:] > out_ptr[:-1]
+        for i in np.flatnonzero(
+            has_out & (np.array(sizes, np.int64).reshape(-1)[out_ptr[:-1] * has_out] == 2)
+        ).tolist():
+            half[i] = out_dtypes[int(out_ptr[i])] in ("half", "bfloat16")
+        share, standalone = roofline(per_op(GEMM_OPS), half, flops, bytes_moved, out_elems, target)
+        unknown = _segment_sums((np.array(shape_ids, np.int64).reshape(-1) == id(None)).astype(np.int64), out_ptr)
+        self.unknown_shapes = int(((unknown > 0) | ~has_out)[kernel].sum())
+        self.flops = np.where(kernel, flops, 0.0).tolist()
+        self.share = np.where(kernel, share, 0.0).tolist()
+        self.duration = np.where(kernel, standalone, 0.0).tolist()
+        self.kernel = kernel.tolist()
+        self.measured = 0
+        if measured:  # a measured time replaces the model's; it wins even for an op we thought free
+            for i, key in enumerate(t.key):
+                if key not in measured:
+                    continue
+                if self.kernel[i]:
+                    self.duration[i] = measured[key]
+                    self.measured += 1
+                elif measured[key] > 0:
+                    self.duration[i], self.share[i], self.kernel[i] = measured[key], 1.0 / target.sms, True
+                    self.measured += 1
+
+    @property
+    def out_bytes(self):
+        """Per task, the bytes of each of its outputs (a list per task, made on first use)."""
+        if "_out_bytes" not in self.__dict__:
+            out_ptr, out_bytes = self._outputs
+            sizes, bounds = out_bytes.tolist(), out_ptr.tolist()
+            self._out_bytes = [sizes[a:b] for a, b in zip(bounds, bounds[1:])]
+        return self._out_bytes
+
+    @out_bytes.setter
+    def out_bytes(self, lists):  # figures given per task (a hand-built model): the arrays follow them
+        self._out_bytes = lists
+        self.__dict__.pop("_outputs", None)
+
+    def output_arrays(self):
+        """(ptr, bytes): task i's outputs are ptr[i]:ptr[i + 1], ``bytes`` int64 (object if they may not fit)."""
+        if "_outputs" not in self.__dict__:
+            lists = self._out_bytes
+            ptr = np.zeros(len(lists) + 1, np.int64)
+            np.cumsum(list(map(len, lists)), out=ptr[1:])
+            values = np.array(list(chain.from_iterable(lists)) or [0])[: int(ptr[-1])]
+            self._outputs = (ptr, values if values.dtype.kind == "i" else values.astype(object))
+        return self._outputs
 
     # -- queries -----------------------------------------------------------------------------------
     def __len__(self):
@@ -184,20 +252,34 @@ class CostModel:
     def successors(self):
         """Per task, [(consumer task, output index or -1 for a control edge)], one entry per edge."""
         if self._succ is None:
-            t = self.tasks
-            succ = [[] for _ in t.key]
-            count = [0] * len(t.key)
-            for j in range(len(t.key)):
-                for i, port in t.inputs[j]:
-                    succ[i].append((j, port))
-                for i in t.control[j]:
-                    succ[i].append((j, -1))
-                count[j] = len(t.inputs[j]) + len(t.control[j])
-            self._succ, self._preds = succ, count
+            ptr, consumer, port = self.successor_arrays()
+            pairs = list(zip(consumer.tolist(), port.tolist()))
+            bounds = ptr.tolist()
+            self._succ = [pairs[a:b] for a, b in zip(bounds, bounds[1:])]
         return self._succ
 
+    def successor_arrays(self):
+        """``successors()`` as int64 arrays (ptr, consumer, port): task i's entries are ptr[i]:ptr[i + 1],
+        by consumer, a consumer's data inputs in order before its control edge (computed once)."""
+        if self.__dict__.get("_succ_arrays") is None:
+            data_ptr, data_src, data_port, control_ptr, control_src = self.tasks.csr()
+            n = len(self.tasks.key)
+            src = np.concatenate([data_src, control_src])
+            dst = np.concatenate(
+                [np.repeat(np.arange(n), np.diff(data_ptr)), np.repeat(np.arange(n), np.diff(control_ptr))]
+            )
+            port = np.concatenate([data_port, np.full(len(control_src), -1, np.int64)])
+            by_source = np.lexsort((dst, src))  # stable: data inputs in order, then the control edge
+            ptr = np.zeros(n + 1, np.int64)
+            np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
+            self._succ_arrays = (ptr, dst[by_source], port[by_source])
+        return self._succ_arrays
+
     def pred_count(self):
-        self.successors()
+        """Per task, how many edges (data inputs and control edges) end at it."""
+        if self._preds is None:
+            data_ptr, _, _, control_ptr, _ = self.tasks.csr()
+            self._preds = (np.diff(data_ptr) + np.diff(control_ptr)).tolist()
         return self._preds
 
     def single_stream_us(self):
@@ -226,3 +308,10 @@ class CostModel:
         other._bound = None
         other._corner_models = None
         return other
+
+
+def _segment_sums(values, ptr):
+    """Per segment ptr[i]:ptr[i + 1], the exact sum of ``values`` (int64 sums wrap, their differences do not)."""
+    total = np.zeros(len(values) + 1, values.dtype)
+    np.cumsum(values, out=total[1:])
+    return total[ptr[1:]] - total[ptr[:-1]]

@@ -11,36 +11,18 @@ in a topological order (TensorFlow's executor's ready order). The cost model, th
 and the rules' walk (msopt.rules.walk, for its argument binding) read this view.
 """
 
+from itertools import chain, compress, repeat
+from operator import attrgetter, itemgetter
+
+import numpy as np
+
 from msopt.errors import InputError
 from msopt.graph import MAIN
 from msopt.op_tables import BACK_EDGE_OPS, CALL_OPS, FIRST_INPUT_IS_PREDICATE
 from msopt.op_tables import output_index as _output_index
 from msopt.order import topological_order
 from msopt.protos import DTYPE_NAMES
-
-
-class Tasks:
-    """The flattened run: parallel lists indexed by task id, ids in a topological order."""
-
-    def __init__(self):
-        self.key = []  # GraphView node key of the op
-        self.op = []
-        self.instance = []  # index into instances: the function call this op instance runs in (0 = main graph)
-        self.inputs = []  # [(task, output index)] data inputs
-        self.control = []  # [task] control predecessors
-        self.instances = [(None, None)]  # (call node key, parent instance) per inlined call; 0 is the main graph
-
-    def __len__(self):
-        return len(self.key)
-
-    def callers(self, i):
-        """Keys of the call nodes task ``i`` was inlined for, outermost first."""
-        out = []
-        instance = self.instance[i]
-        while instance:
-            call, instance = self.instances[instance]
-            out.append(call)
-        return tuple(reversed(out))
+from msopt.tasks import Tasks, op_codes  # Tasks re-exported: the run's container
 
 
 def flat_run(view, model=None, signature=None):
@@ -105,54 +87,77 @@ def flatten_run(view, roots):
 
 
 class _Builder:
-    """Creates tasks for one graph or function body per call instance and resolves references across calls."""
+    """Creates tasks for one graph or function body per call instance and resolves references across calls.
+
+    Runs of plain ops (no call, no function) are handled as a whole: their tasks in one step, their
+    edges as arrays; only references through calls and function arguments are followed one by one.
+    """
 
     def __init__(self, view):
         self.view = view
-        self.tasks = Tasks()
-        self.index = {}  # (instance, key) -> task id, or ("call", instance id) for a call node
-        self.raw = []  # per task: (instance, node) to resolve after all tasks exist
+        self.key, self.op, self.instance, self.node = [], [], [], []  # per task, in creation order
+        self.instances = [(None, None)]
+        self.index = [{}]  # per instance: node key -> task id, or -1 - (call instance) for a call node
+        self.segments = []  # (instance, nodes, first task id): the ops of a run of plain nodes
+        self.raw = []  # (kind, instance, node, child instance) per opened call ("call") or function ("branch")
         self.exits = {}  # call instance -> tasks its completion means (returns and control returns)
         self.bodies = {}  # function name -> its real nodes
-        for node in view.nodes.values():
-            if node.function != MAIN and not node.virtual:
-                self.bodies.setdefault(node.function, []).append(node)
+        if view.functions:
+            for node in view.nodes.values():
+                if node.function != MAIN and node.proto is not None:
+                    self.bodies.setdefault(node.function, []).append(node)
         self.active = []  # functions being expanded (a recursive call runs as one opaque op)
         self.branch_of = {}  # instance of a control-flow node's function -> that function's name
 
+    def new_instance(self, call_key, parent):
+        self.instances.append((call_key, parent))
+        self.index.append({})
+        return len(self.instances) - 1
+
     def instantiate(self, nodes, instance):
-        view, t = self.view, self.tasks
-        for node in nodes:
-            if node.virtual:
+        view = self.view
+        # Calls and control flow one by one (arguments, virtual, never reach here: bodies hold real nodes).
+        special = list(compress(range(len(nodes)), map(attrgetter("calls"), nodes)))
+        start = 0
+        for k in special:
+            if k > start:
+                self.add_ops(nodes[start:k], instance)
+            start = k + 1
+            node = nodes[k]
+            if node.proto is None:
                 continue
             if is_call(view, node) and node.calls[0] not in self.active:
-                child = len(t.instances)
-                t.instances.append((node.key, instance))
-                self.index[(instance, node.key)] = ("call", child)
+                child = self.new_instance(node.key, instance)
+                self.index[instance][node.key] = -1 - child
                 self.active.append(node.calls[0])
                 self.instantiate(self.bodies.get(node.calls[0], ()), child)
                 self.active.pop()
                 self.raw.append(("call", instance, node, child))
                 continue
-            self.index[(instance, node.key)] = len(t.key)
-            t.key.append(node.key)
-            t.op.append(node.op)
-            t.instance.append(instance)
-            t.inputs.append([])
-            t.control.append([])
-            self.raw.append(("op", instance, node, len(t.key) - 1))
-            if node.calls and not is_call(view, node):
+            self.add_ops([node], instance)
+            if not is_call(view, node):
                 self.open_branches(node, instance)
+        if start < len(nodes):
+            self.add_ops(nodes[start:], instance)
+
+    def add_ops(self, nodes, instance):
+        """One task per node of ``nodes`` (plain ops of one instance), numbered next."""
+        first = len(self.key)
+        keys = list(map(attrgetter("key"), nodes))
+        self.key += keys
+        self.op += map(attrgetter("op"), nodes)
+        self.instance += [instance] * len(nodes)
+        self.node += nodes
+        self.index[instance].update(zip(keys, range(first, first + len(nodes))))
+        self.segments.append((instance, nodes, first))
 
     def open_branches(self, node, instance):
         """Functional control flow (If, While, Case, ...): each function the node runs becomes an instance
         nested in the node, its arguments read the node's inputs (an If's or Case's selector excepted)."""
-        t = self.tasks
         for branch in opened_functions(self.view, node):
             if branch in self.active:
                 continue
-            child = len(t.instances)
-            t.instances.append((node.key, instance))
+            child = self.new_instance(node.key, instance)
             self.active.append(branch)
             self.instantiate(self.bodies.get(branch, ()), child)
             self.active.pop()
@@ -160,47 +165,94 @@ class _Builder:
             self.branch_of[child] = branch
 
     def finish(self):
-        view, t = self.view, self.tasks
-        self.call_inputs = {}  # call instance -> resolved data input refs (for its body's _Arg nodes)
-        for kind, instance, node, target in self.raw:
-            if kind != "op":
-                self.call_inputs[target] = (instance, node)
-        index, nodes = self.index, view.nodes
-        for kind, instance, node, target in self.raw:
-            if kind != "op":
-                continue
-            inputs = t.inputs[target]
-            for src, port in node.inputs:
-                found = index.get((instance, src))
-                if found.__class__ is int:  # the common case: a plain op of the same graph or body
-                    src_op = nodes[src].op
-                    if src_op not in BACK_EDGE_OPS:
-                        inputs.append((found, port if port.__class__ is int else _output_index(src_op, port)))
-                    continue
-                ref = self.resolve(instance, src, port)
-                if ref is not None and nodes[src].op not in BACK_EDGE_OPS:
-                    inputs.append(ref)
-            for src in node.control_inputs:
-                t.control[target].extend(self.done_tasks(instance, src))
+        self.call_inputs = {child: (instance, node) for _, instance, node, child in self.raw}
+        n = len(self.key)
+        names, codes = self.op_codes = op_codes(self.op)
+        back = None
+        if not BACK_EDGE_OPS.isdisjoint(names):
+            back = np.array([op in BACK_EDGE_OPS for op in names], bool)[codes]
+        data, control = [], []
+        for instance, nodes, first in self.segments:
+            data.append(self.data_edges(instance, nodes, first, back))
+            control.extend(self.control_edges(instance, nodes, first))
+        data_dst, data_src, data_port = (np.concatenate([d[k] for d in data] or [_EMPTY]) for k in range(3))
         # Control inputs of a call node hold back the body ops that have no other predecessor.
-        held = [
-            (instance, node, child) for kind, instance, node, child in self.raw if kind != "op" and node.control_inputs
-        ]
+        held = [(instance, node, child) for _, instance, node, child in self.raw if node.control_inputs]
         if held:
-            by_instance = {}
-            for i, inst in enumerate(t.instance):
-                by_instance.setdefault(inst, []).append(i)
+            degree = np.bincount(data_dst, minlength=n) + _bincount_all(control, n)
+            by_instance = np.argsort(np.asarray(self.instance, np.int64), kind="stable")
+            bounds = np.searchsorted(
+                np.asarray(self.instance, np.int64)[by_instance], np.arange(len(self.instances) + 1)
+            )
             for instance, node, child in held:
                 before = [x for src in node.control_inputs for x in self.done_tasks(instance, src)]
-                for i in by_instance.get(child, ()):
-                    if not t.inputs[i] and not t.control[i]:
-                        t.control[i].extend(before)
+                tasks = by_instance[bounds[child] : bounds[child + 1]]
+                tasks = tasks[degree[tasks] == 0]
+                if before and len(tasks):
+                    control.append((np.repeat(tasks, len(before)), np.tile(np.asarray(before, np.int64), len(tasks))))
         # A control-flow node is done when the functions it runs are: its consumers see them nested in it.
         for kind, instance, node, child in self.raw:
             if kind == "branch":
-                owner = index[(instance, node.key)]
-                t.control[owner].extend(self.instance_exits(child, self.branch_of[child]))
-        return _topological(t)
+                owner = self.index[instance][node.key]
+                exits = self.instance_exits(child, self.branch_of[child])
+                control.append((np.full(len(exits), owner, np.int64), np.asarray(exits, np.int64)))
+        control_dst, control_src = (np.concatenate([c[k] for c in control] or [_EMPTY]) for k in range(2))
+        tasks = Tasks()
+        tasks.instances = self.instances
+        return _topological(tasks, self, (data_dst, data_src, data_port), (control_dst, control_src))
+
+    def data_edges(self, instance, nodes, first, back):
+        """(dst, src, port) arrays of the data inputs of the tasks ``first``... made for ``nodes``, in order."""
+        counts = list(map(len, map(attrgetter("inputs"), nodes)))
+        m = sum(counts)
+        if not m:
+            return _EMPTY, _EMPTY, _EMPTY
+        pairs = list(chain.from_iterable(map(attrgetter("inputs"), nodes)))
+        sources = list(map(itemgetter(0), pairs))
+        ports = list(map(itemgetter(1), pairs))
+        found = np.fromiter(map(self.index[instance].get, sources, repeat(-1, m)), np.int64, m)
+        dst = np.repeat(np.arange(first, first + len(nodes), dtype=np.int64), counts)
+        try:
+            port = np.array(ports)
+            plain_ports = port.dtype.kind == "i" and port.dtype.itemsize == 8
+        except (OverflowError, ValueError):
+            plain_ports = False
+        if not plain_ports:  # output names in a function body: resolved one by one below
+            port = np.fromiter((p if p.__class__ is int and abs(p) < 2**62 else _NAMED for p in ports), np.int64, m)
+        slow = (found < 0) | (port == _NAMED)
+        if back is not None:
+            slow |= back[np.maximum(found, 0)] & (found >= 0)
+        keep = np.ones(m, bool)
+        nodes_of = self.view.nodes
+        for e in np.flatnonzero(slow).tolist():
+            src, p, f = sources[e], ports[e], int(found[e])
+            if f >= 0:  # a plain op: only a back edge is dropped, a named output is looked up
+                if self.op[f] in BACK_EDGE_OPS:
+                    keep[e] = False
+                else:
+                    port[e] = p if p.__class__ is int else _output_index(self.op[f], p)
+                continue
+            ref = self.resolve(instance, src, p)
+            if ref is None or nodes_of[src].op in BACK_EDGE_OPS:
+                keep[e] = False
+            else:
+                found[e], port[e] = ref
+        return dst[keep], found[keep], port[keep]
+
+    def control_edges(self, instance, nodes, first):
+        """(dst, src) arrays of the control edges of the tasks ``first``... made for ``nodes``."""
+        counts = [len(n.control_inputs) for n in nodes]
+        m = sum(counts)
+        if not m:
+            return []
+        sources = [s for n in nodes for s in n.control_inputs]
+        found = np.fromiter(map(self.index[instance].get, sources, repeat(-1, m)), np.int64, m)
+        dst = np.repeat(np.arange(first, first + len(nodes), dtype=np.int64), counts)
+        out = [(dst[found >= 0], found[found >= 0])]
+        for e in np.flatnonzero(found < -1).tolist():  # a call: its returns and control returns
+            exits = self.instance_exits(-1 - int(found[e]), self.view.nodes[sources[e]].calls[0])
+            out.append((np.full(len(exits), dst[e], np.int64), np.asarray(exits, np.int64)))
+        return out
 
     def resolve(self, instance, key, port):
         """The (task, output index) a reference to ``key``:``port`` inside ``instance`` reads, or None."""
@@ -219,11 +271,11 @@ class _Builder:
                     return None
                 key, port = call.inputs[position]
                 continue
-            found = self.index.get((instance, key))
+            found = self.index[instance].get(key)
             if found is None:
                 return None
-            if isinstance(found, tuple):  # a call: follow the callee's return value
-                child = found[1]
+            if found < 0:  # a call: follow the callee's return value
+                child = -1 - found
                 fn = view.functions[node.calls[0]]
                 out_args = [a.name for a in fn.proto.signature.output_arg]
                 index = fn.output_index(port)
@@ -238,13 +290,12 @@ class _Builder:
 
     def done_tasks(self, instance, key):
         """Tasks whose completion a control edge from ``key`` waits for."""
-        found = self.index.get((instance, key))
+        found = self.index[instance].get(key)
         if found is None:
             return []
-        if not isinstance(found, tuple):
+        if found >= 0:
             return [found]
-        child = found[1]
-        return self.instance_exits(child, self.view.nodes[key].calls[0])
+        return self.instance_exits(-1 - found, self.view.nodes[key].calls[0])
 
     def instance_exits(self, child, function):
         """Tasks whose completion means instance ``child`` of ``function`` is done (returns and control returns)."""
@@ -261,34 +312,66 @@ class _Builder:
         return self.exits[child]
 
 
-def _topological(t):
+_EMPTY = np.zeros(0, np.int64)
+_NAMED = -(2**62)  # a port given by name (resolved one by one)
+
+
+def _bincount_all(pairs, n):
+    """Per task, how many of the (dst, src) edge arrays ``pairs`` end at it."""
+    counts = np.zeros(n, np.int64)
+    for dst, _ in pairs:
+        counts += np.bincount(dst, minlength=n)
+    return counts
+
+
+def _distinct(values):
+    """The distinct values, ascending (np.unique hashes: slower on millions of edges than a sort)."""
+    values = np.sort(values)
+    return values[np.concatenate(([True], values[1:] != values[:-1]))] if len(values) else values
+
+
+def _kahn(ptr, successors, pending):
+    """msopt.order's topological sort (Kahn's, first ready first served) of the CSR successor arrays, as an array."""
+    flat_succ, bounds = successors.tolist(), ptr.tolist()
+    order = topological_order([flat_succ[a:b] for a, b in zip(bounds, bounds[1:])], pending.tolist())
+    return np.asarray(order, np.int64)
+
+
+def _topological(out, built, data, control):
     """Renumber tasks in the order TensorFlow's executor would find them ready (FIFO over ready ops)."""
-    n = len(t.key)
-    succ = [[] for _ in range(n)]
-    pending = [0] * n
-    for i in range(n):
-        inputs, control = t.inputs[i], t.control[i]
-        if len(inputs) + len(control) == 1:
-            preds = [inputs[0][0]] if inputs else control
-        else:
-            preds = {src for src, _ in inputs}
-            preds.update(control)
-        if i in preds:
-            preds = [p for p in preds if p != i]
-        pending[i] = len(preds)
-        for p in preds:
-            succ[p].append(i)
-    order = topological_order(succ, pending)
-    new = [0] * n
-    for position, i in enumerate(order):
-        new[i] = position
-    out = Tasks()
-    out.instances = t.instances
-    for i in order:
-        out.key.append(t.key[i])
-        out.op.append(t.op[i])
-        out.instance.append(t.instance[i])
-        # Drop edges that would point backwards (only left by a cycle) so that every edge goes forward.
-        out.inputs.append([(new[s], p) for s, p in t.inputs[i] if new[s] < new[i]])
-        out.control.append(sorted({new[s] for s in t.control[i] if new[s] < new[i]}))
+    n = len(built.key)
+    data_dst, data_src, data_port = data
+    control_dst, control_src = control
+    # Each task's distinct predecessors (itself excepted), successors listed in ascending task order.
+    dst = np.concatenate([data_dst, control_dst])
+    src = np.concatenate([data_src, control_src])
+    pair = _distinct(src[src != dst] * n + dst[src != dst])
+    succ_src, succ_dst = np.divmod(pair, max(n, 1))
+    pending = np.bincount(succ_dst, minlength=n)
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(succ_src, minlength=n), out=ptr[1:])
+    order = _kahn(ptr, succ_dst, pending)
+    new = np.empty(n, np.int64)
+    new[order] = np.arange(n, dtype=np.int64)
+    positions = order.tolist()
+    out.key = list(map(built.key.__getitem__, positions))
+    out.op = list(map(built.op.__getitem__, positions))
+    out.instance = list(map(built.instance.__getitem__, positions)) if len(built.instances) > 1 else [0] * n
+    out.node = list(map(built.node.__getitem__, positions))
+    out._op_codes = (built.op_codes[0], built.op_codes[1][order])
+    del out.inputs, out.control  # made from the arrays on first use
+    # Drop edges that would point backwards (only left by a cycle) so that every edge goes forward.
+    dst, src = new[data_dst], new[data_src]
+    forward = src < dst
+    dst, src, port = dst[forward], src[forward], data_port[forward]
+    by_task = np.argsort(dst, kind="stable")  # each task's inputs keep their order
+    data_ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(dst, minlength=n), out=data_ptr[1:])
+    data = (data_ptr, src[by_task], port[by_task])
+    dst, src = new[control_dst], new[control_src]
+    forward = src < dst
+    pair = _distinct(dst[forward] * n + src[forward])  # by task then predecessor
+    control_ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(pair // max(n, 1), minlength=n), out=control_ptr[1:])
+    out._csr = data + (control_ptr, pair % max(n, 1))
     return out

@@ -7,6 +7,8 @@ standalone  = max(MIN_KERNEL_US, full_gpu_us / share)
 
 import math
 
+import numpy as np
+
 from msopt.shapes import flag
 
 # Modelling constants (assumptions, not vendor figures; see the README's calibration section).
@@ -70,6 +72,15 @@ GATHER_OPS = {
 }
 
 
+# Ops whose FLOPs or bytes read their inputs' shapes or their attributes (``flops_bytes`` one by one);
+# every other kernel is max(outputs, inputs) FLOPs (5 per output for FusedBatchNorm) over its bytes.
+SHAPE_DEPENDENT_OPS = (
+    frozenset({"Conv2D", "_FusedConv2D", "Conv2DBackpropInput", "DepthwiseConv2dNative", "MaxPool", "AvgPool"})
+    | frozenset({"MatMul", "_FusedMatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})
+    | GATHER_OPS
+)
+
+
 def elements(shape, batch_size):
     """Element count, the unknown leading dimension as the batch and other unknown dimensions as 1."""
     if shape is None:
@@ -107,17 +118,17 @@ def flops_bytes(op, proto, ins, in_elems, in_bytes, out_elems, out_bytes, batch_
     return float(max(out_elems, in_elems)), in_bytes + out_bytes
 
 
-def roofline(op, dtype, flops, bytes_moved, out_elems, target):
-    """(GPU share, standalone microseconds) of one kernel on ``target`` (see the module docstring)."""
-    if op in GEMM_OPS:
-        peak = target.fp16_tflops if dtype in ("half", "bfloat16") else target.gemm_tflops
-        per_thread = GEMM_OUTPUTS_PER_THREAD
-    else:
-        peak = target.fp32_tflops
-        per_thread = ELEMENTWISE_OUTPUTS_PER_THREAD
-    full_us = max(
-        flops / (peak * 1e6 * COMPUTE_EFFICIENCY), bytes_moved / (target.memory_gbs * 1e3 * MEMORY_EFFICIENCY)
-    )
-    threads = max(1.0, out_elems / per_thread)
-    share = min(1.0, max(1.0 / target.sms, threads / (target.sms * target.threads_per_sm)))
-    return share, max(MIN_KERNEL_US, full_us / share)
+def roofline(gemm, half, flops, bytes_moved, out_elems, target):
+    """(GPU share, standalone microseconds) arrays of kernels on ``target`` (see the module docstring).
+
+    ``gemm`` and ``half`` are boolean arrays (a Conv/MatMul kernel, its output half or bfloat16);
+    ``flops`` is float64, ``bytes_moved`` and ``out_elems`` exact integers (int64, or Python ints in
+    an object array when they may not fit), so every figure is the one the scalar formula gives.
+    """
+    fp32 = target.fp32_tflops * 1e6 * COMPUTE_EFFICIENCY
+    compute = np.where(gemm, np.where(half, target.fp16_tflops, target.gemm_tflops) * 1e6 * COMPUTE_EFFICIENCY, fp32)
+    full_us = np.maximum(flops / compute, bytes_moved / (target.memory_gbs * 1e3 * MEMORY_EFFICIENCY))
+    threads = np.where(gemm, out_elems / GEMM_OUTPUTS_PER_THREAD, out_elems / ELEMENTWISE_OUTPUTS_PER_THREAD)
+    threads = np.maximum(1.0, threads.astype(np.float64))
+    share = np.minimum(1.0, np.maximum(1.0 / target.sms, threads / (target.sms * target.threads_per_sm)))
+    return share, np.maximum(MIN_KERNEL_US, full_us.astype(np.float64) / share)

@@ -1,36 +1,109 @@
 """Shape inference over a flattened run: each op instance's output (dtype, shape) list."""
 
+from operator import attrgetter
+
+import numpy as np
+
 from msopt.errors import InputError
 from msopt.graph import MAIN
 from msopt.protos import DTYPE_NAMES
 
+# From this many tasks on, the ops whose shapes stay unknown are found by a compiled pass first
+# (below, loading numba and its cached machine code, about half a second, costs more than it saves).
+COMPILED_FROM = 200000
+_UNKNOWN = (None, [("float", None)], [("int32", None)])  # by _unknown_outputs' state
+_COUNTS_ONLY = frozenset({"Shape", "Size", "Rank"})  # int32 whatever their input
+
 
 def infer_shapes(view, t, feeds):
     """Per task, [(dtype, shape)] by output index: signature inputs, recorded shapes, then propagation."""
-    nodes = view.nodes
-    result = []
-    append = result.append
-    for i, key in enumerate(t.key):
-        node = nodes[key]
+    nodes = getattr(t, "node", None) or [view.nodes[key] for key in t.key]
+    data_ptr, data_src, data_port = t.csr()[:3]
+    ptr, sources, ports = data_ptr.tolist(), data_src.tolist(), data_port.tolist()
+    n = len(nodes)
+    result = [None] * n
+    todo = range(n)
+    if n >= COMPILED_FROM:
+        state = _unknown_states(t, nodes, feeds, data_ptr, data_src, data_port)
+        known = _UNKNOWN
+        result = [known[s] and list(known[s]) for s in state.tolist()]
+        todo = np.flatnonzero(state == 0).tolist()
+    unknown = ("float", None)
+    same_shape = ELEMENTWISE_SAME_SHAPE
+    for i in todo:
+        node = nodes[i]
         proto = node.proto
+        attr = proto.attr
         if feeds and node.function == MAIN and node.name in feeds:
-            append([feeds[node.name]])
+            result[i] = [feeds[node.name]]
             continue
-        recorded = _recorded_shapes(proto)
-        dtypes = _output_dtypes(proto)
-        if recorded is not None and None not in recorded:
-            if len(dtypes) < len(recorded):  # dtypes not in the attributes: the first input's, else float
-                inputs = t.inputs[i]
-                first = result[inputs[0][0]] if inputs else ()
-                port = inputs[0][1] if inputs else 0
-                fallback = first[port][0] if port < len(first) else "float"
-                dtypes = dtypes + [dtypes[0] if dtypes else fallback] * (len(recorded) - len(dtypes))
-            append(list(zip(dtypes, recorded)))
+        a, b = ptr[i], ptr[i + 1]
+        if attr:
+            recorded = _recorded_shapes(proto)
+            dtypes = _output_dtypes(proto)
+            if recorded is not None and None not in recorded:
+                if len(dtypes) < len(recorded):  # dtypes not in the attributes: the first input's, else float
+                    first = result[sources[a]] if a < b else ()
+                    port = ports[a] if a < b else 0
+                    fallback = first[port][0] if port < len(first) else "float"
+                    dtypes = dtypes + [dtypes[0] if dtypes else fallback] * (len(recorded) - len(dtypes))
+                result[i] = list(zip(dtypes, recorded))
+                continue
+        else:
+            dtypes = []
+        op = node.op
+        if op in same_shape:  # the first input's shape (and dtype unless the attributes say)
+            if a < b:
+                first = result[sources[a]]
+                port = ports[a]
+                dtype, shape = first[port] if port < len(first) else unknown
+            else:
+                dtype, shape = "float", None
+            result[i] = [(dtypes[0] if dtypes else dtype, shape)]
             continue
-        ins = [result[src][port] if port < len(result[src]) else ("float", None) for src, port in t.inputs[i]]
-        in_protos = [nodes[t.key[src]].proto for src, _ in t.inputs[i]]
-        append(_propagate(node.op, proto, ins, dtypes, in_protos))
+        ins = [result[s][p] if p < len(result[s]) else unknown for s, p in zip(sources[a:b], ports[a:b])]
+        in_protos = [nodes[s].proto for s in sources[a:b]] if op == "ConcatV2" else None
+        result[i] = _propagate(op, proto, ins, dtypes, in_protos)
     return result
+
+
+def _unknown_states(t, nodes, feeds, data_ptr, data_src, data_port):
+    """Per task, 1 or 2 when its outputs are [("float" or "int32", None)] whatever the rules below read:
+    an op without attributes that only reads such outputs (no rule then finds a shape); 0 otherwise."""
+    n = len(nodes)
+    plain = np.fromiter(map(len, map(attrgetter("proto.attr"), nodes)), np.int64, n) == 0
+    if feeds:
+        plain &= ~np.fromiter((node.function == MAIN and node.name in feeds for node in nodes), bool, n)
+    counts_only = t.ops_in(_COUNTS_ONLY)
+    from msopt.jit import compiled  # numba: loaded only for large runs
+
+    global _unknown_outputs_compiled
+    if _unknown_outputs_compiled is None:
+        _unknown_outputs_compiled = compiled(_unknown_outputs)
+    return _unknown_outputs_compiled(plain, counts_only, data_ptr, data_src, data_port)
+
+
+_unknown_outputs_compiled = None
+
+
+def _unknown_outputs(plain, counts_only, data_ptr, data_src, data_port):
+    """The loop of ``_unknown_states`` (compiled): tasks in topological order, inputs before their readers."""
+    state = np.zeros(len(plain), np.int8)  # 0: left to the rules, 1: [("float", None)], 2: [("int32", None)]
+    for i in range(len(plain)):
+        if not plain[i]:
+            continue
+        dtype = 1  # no input, or the first input past its task's one output: float
+        ok = True
+        for e in range(data_ptr[i], data_ptr[i + 1]):
+            s, p = data_src[e], data_port[e]
+            if state[s] == 0 or p < -1:  # an input the rules must read (or a port a list index refuses)
+                ok = False
+                break
+            if e == data_ptr[i] and p <= 0:
+                dtype = state[s]
+        if ok:
+            state[i] = 2 if counts_only[i] else dtype
+    return state
 
 
 def _recorded_shapes(proto):

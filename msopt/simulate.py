@@ -45,7 +45,6 @@ The model of the machine (constants and sources in msopt.host_model and docs/ref
     sharing, tracked with a virtual clock, so each event costs O(log n)).
 """
 
-from itertools import chain
 from typing import NamedTuple
 
 import numpy as np
@@ -221,24 +220,17 @@ def task_arrays(cm):
 
 def _build_arrays(cm):
     t, n = cm.tasks, len(cm)
-    ints = lambda values, count=-1: np.fromiter(values, np.int64, count)  # noqa: E731
-    data_count, control_count = ints(map(len, t.inputs), n), ints(map(len, t.control), n)
-    data = ints(chain.from_iterable(chain.from_iterable(t.inputs)), 2 * int(data_count.sum())).reshape(-1, 2)
-    control = ints(chain.from_iterable(t.control), int(control_count.sum()))
-    src = np.concatenate([data[:, 0], control])
-    dst = np.concatenate([np.repeat(np.arange(n), data_count), np.repeat(np.arange(n), control_count)])
-    port = np.concatenate([data[:, 1], np.full(len(control), -1, np.int64)])
-    kind = np.concatenate([np.zeros(len(data), np.int64), np.ones(len(control), np.int64)])
-    order = np.lexsort((kind, dst, src))  # per producer, by consumer, its data inputs before its control ones
-    src, dst, port = src[order], dst[order], port[order]
-    out_count = ints(map(len, cm.out_bytes), n)
-    out_start = np.concatenate([[0], np.cumsum(out_count)])
-    out_values = ints(chain.from_iterable(cm.out_bytes), int(out_start[-1]))
+    data_ptr, _, _, control_ptr, _ = t.csr()
+    data_count, control_count = np.diff(data_ptr), np.diff(control_ptr)
+    ptr, dst, port = cm.successor_arrays()  # per producer, by consumer, its data inputs before its control ones
+    src = np.repeat(np.arange(n), np.diff(ptr))
+    out_start, out_values = cm.output_arrays()
+    out_count = np.diff(out_start)
     known = (port >= 0) & (port < out_count[src])
     nbytes = np.zeros(len(dst), np.int64)
     nbytes[known] = out_values[out_start[src[known]] + port[known]]
     return TaskArrays(
-        ptr=np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))]).astype(np.int64),
+        ptr=ptr,
         dst=dst,
         port=port,
         nbytes=nbytes,

@@ -251,3 +251,50 @@ def transformer_encoder(layers=4, hidden=256, heads=4, inner=1024, seq=16, vocab
 @pytest.fixture(scope="session")
 def transformer():
     return transformer_encoder()
+
+
+# -- hand-built graphs ----------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def hand_graph():
+    """``build(spec)``: a GraphDef from spec [(name, op, [input refs])], refs as in a NodeDef ('a', 'a:1', '^a')."""
+    from msopt import protos
+
+    def build(spec):
+        graph = protos.GraphDef()
+        for name, op, inputs in spec:
+            graph.node.add(name=name, op=op).input.extend(inputs)
+        return graph
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def hand_view(hand_graph):
+    """``build(spec)``: the graph view of a hand-built graph (spec as for ``hand_graph``)."""
+    from msopt.graph import GraphView
+
+    return lambda spec: GraphView(hand_graph(spec))
+
+
+@pytest.fixture(scope="session")
+def diamond(hand_view):
+    """a -> b, a -> c, b -> d, c -> d: two chains, two edges that must cross streams (a fresh view per call)."""
+    return lambda: hand_view(
+        [("a", "Relu", []), ("b", "Relu", ["a"]), ("c", "Relu", ["a"]), ("d", "AddV2", ["b", "c"])]
+    )
+
+
+@pytest.fixture(scope="session")
+def fork_join(hand_view):
+    """``build(kernel_us, width=2, target="v100")``: (view, cost model, keys) of x -> b0..b(width-1) -> join, the
+    branches MatMuls of ``kernel_us`` each, the join an AddN of 5 us; keys are the branches' and the join's."""
+    from msopt.cost import CostModel
+
+    def build(kernel_us, width=2, target="v100"):
+        keys = [f"b{i}" for i in range(width)]
+        v = hand_view([("x", "Placeholder", [])] + [(k, "MatMul", ["x", "x"]) for k in keys] + [("join", "AddN", keys)])
+        times = dict.fromkeys(keys, kernel_us)
+        times["join"] = 5.0
+        return v, CostModel(v, None, target=target, costs=times), keys + ["join"]
+
+    return build

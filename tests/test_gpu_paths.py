@@ -318,13 +318,11 @@ def test_a_jit_scope_cluster_shares_one_stream():
     assert "XLA cluster" in next(m["reason"] for m in merges if "xla" in m["constraint"])
 
 
-def test_an_auto_clustered_compile_and_its_run_share_one_stream():
-    from handbuilt import view
-
+def test_an_auto_clustered_compile_and_its_run_share_one_stream(hand_view):
     from msopt import constraints
 
     # The shape XLA's build_xla_ops_pass gives a cluster: _XlaCompile -> _XlaRun (key) -> _XlaMerge.
-    graph = view(
+    graph = hand_view(
         [
             ("x", "Placeholder", []),
             ("compile", "_XlaCompile", ["x"]),

@@ -6,22 +6,11 @@ import json
 
 import pytest
 from conftest import SAMPLES
-from handbuilt import view
 
 from msopt.constraints import apply
-from msopt.cost import CostModel
 from msopt.plan import PlanOptions, make_plan
 from msopt.simulate import simulate
 from msopt.uncertainty import corner_figures, is_robust, speedups
-
-
-def fork_join(kernel_us, width, target="v100"):
-    spec = [("x", "Placeholder", [])] + [(f"b{i}", "MatMul", ["x", "x"]) for i in range(width)]
-    spec.append(("join", "AddN", [f"b{i}" for i in range(width)]))
-    v = view(spec)
-    times = {f"b{i}": kernel_us for i in range(width)}
-    times["join"] = 5.0
-    return v, CostModel(v, None, target=target, costs=times), [f"b{i}" for i in range(width)] + ["join"]
 
 
 def brute_force(v, streams, cost, keys):
@@ -43,7 +32,7 @@ def auto(v, streams, cost):
 
 @pytest.mark.parametrize("kernel_us", [0.5, 8.0, 120.0, 170.0, 400.0])
 @pytest.mark.parametrize("width, streams", [(2, 2), (3, 3)])
-def test_auto_matches_the_brute_force_robust_optimum(kernel_us, width, streams):
+def test_auto_matches_the_brute_force_robust_optimum(fork_join, kernel_us, width, streams):
     v, cost, keys = fork_join(kernel_us, width)
     plan, report = auto(v, streams, cost)
     got = simulate(v, plan, streams, cost).makespan_us
@@ -53,7 +42,7 @@ def test_auto_matches_the_brute_force_robust_optimum(kernel_us, width, streams):
     assert report["auto"]["robust"] is True
 
 
-def test_a_point_winner_that_is_not_robust_is_passed_over_and_the_note_says_so():
+def test_a_point_winner_that_is_not_robust_is_passed_over_and_the_note_says_so(fork_join):
     # Two 170 us branches: on two streams they overlap, which pays for the second stream's executor start at
     # the point estimate (150 us) but not at the high end of the host box (200 us).
     v, cost, keys = fork_join(170.0, 2)
@@ -67,7 +56,7 @@ def test_a_point_winner_that_is_not_robust_is_passed_over_and_the_note_says_so()
     assert any(c["robust"] is False for c in report["auto"]["candidates"])
 
 
-def test_a_robust_point_winner_is_kept():
+def test_a_robust_point_winner_is_kept(fork_join):
     v, cost, keys = fork_join(200.0, 2)
     plan, report = auto(v, 2, cost)
     assert report["auto"]["point_estimate_winner_robust"] is True

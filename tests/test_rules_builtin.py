@@ -5,7 +5,6 @@ from collections import Counter
 
 import pytest
 from conftest import SAMPLES
-from handbuilt import view
 
 from msopt.graph import GraphView
 from msopt.load import load
@@ -13,10 +12,6 @@ from msopt.rules import CollectiveOptions, RuleOptions, StageOptions, run_rule
 from msopt.rules.embedding import feature_subgraphs
 
 pytestmark = pytest.mark.tf
-
-
-def sample_view(name):
-    return GraphView(load(SAMPLES / name).graph_def)
 
 
 def plan(v, policy, streams, **extra):
@@ -29,8 +24,8 @@ def plan(v, policy, streams, **extra):
 
 
 # -- embedding ---------------------------------------------------------------------------------
-def test_embedding_finds_each_deepfm_feature_with_its_id_transform():
-    v = sample_view("deepfm_tf1")
+def test_embedding_finds_each_deepfm_feature_with_its_id_transform(sample_view):
+    v = sample_view("deepfm_tf1")[1]
     features = feature_subgraphs(v)
     assert len(features) == 24
     c7 = next(f for f in features if "input_layer/C7_embedding/embedding_lookup" in f)
@@ -38,13 +33,13 @@ def test_embedding_finds_each_deepfm_feature_with_its_id_transform():
     assert not any(k.startswith("input_layer/C8") for k in c7)
 
 
-def test_embedding_balances_equal_features_evenly():
-    p = plan(sample_view("deepfm_tf1"), "embedding", 4)
+def test_embedding_balances_equal_features_evenly(sample_view):
+    p = plan(sample_view("deepfm_tf1")[1], "embedding", 4)
     lookups = Counter(s for k, s in p.items() if k.endswith("/embedding_lookup"))
     assert lookups == {0: 6, 1: 6, 2: 6, 3: 6}
 
 
-def test_embedding_balances_by_cost_not_round_robin():
+def test_embedding_balances_by_cost_not_round_robin(hand_view):
     # One heavy feature (three kernels before the gather) and three light ones on 2 streams:
     # longest first puts the heavy one alone; round-robin would pair it with a light one.
     spec = [("table", "VarHandleOp", [])]
@@ -56,35 +51,35 @@ def test_embedding_balances_by_cost_not_round_robin():
             prev = f"{f}_hash{i}"
         spec.append((f"{f}_lookup", "ResourceGather", ["table", prev]))
     spec.append(("concat", "ConcatV2", [f"{f}_lookup" for f in "abcd"]))
-    p = plan(view(spec), "embedding", 2)
+    p = plan(hand_view(spec), "embedding", 2)
     heavy = p["a_lookup"]
     assert all(p[f"{f}_lookup"] != heavy for f in "bcd")
 
 
-def test_embedding_does_not_apply_without_lookups():
-    assert plan(sample_view("towers_tf1"), "embedding", 4) == {}
+def test_embedding_does_not_apply_without_lookups(sample_view):
+    assert plan(sample_view("towers_tf1")[1], "embedding", 4) == {}
 
 
-def test_embedding_finds_the_stage_models_three_lookups():
-    assert len(feature_subgraphs(sample_view("stage_tf1"))) == 3
-    assert len(feature_subgraphs(sample_view("deepfm_tf2"))) == 24
+def test_embedding_finds_the_stage_models_three_lookups(sample_view):
+    assert len(feature_subgraphs(sample_view("stage_tf1")[1])) == 3
+    assert len(feature_subgraphs(sample_view("deepfm_tf2")[1])) == 24
 
 
 # -- towers ------------------------------------------------------------------------------------
-def test_towers_by_scope_name():
-    p = plan(sample_view("towers_tf1"), "towers", 2)
+def test_towers_by_scope_name(sample_view):
+    p = plan(sample_view("towers_tf1")[1], "towers", 2)
     assert {s for k, s in p.items() if "tower_0/" in k} == {0}
     assert {s for k, s in p.items() if "tower_1/" in k} == {1}
 
 
-def test_towers_in_tf2_function_bodies():
-    p = plan(sample_view("towers_tf2"), "towers", 4)
+def test_towers_in_tf2_function_bodies(sample_view):
+    p = plan(sample_view("towers_tf2")[1], "towers", 4)
     assert {s for k, s in p.items() if ":tower_1/" in k} == {1}
     assert {s for k, s in p.items() if ":tower_0/" in k} == {0}
 
 
-def test_towers_by_structure_when_unnamed():
-    v = view(
+def test_towers_by_structure_when_unnamed(hand_view):
+    v = hand_view(
         [
             ("x", "Placeholder", []),
             ("a1", "Conv2D", ["x"]),
@@ -102,14 +97,14 @@ def test_towers_by_structure_when_unnamed():
     assert "j" not in p and "x" not in p
 
 
-def test_towers_fold_modulo_streams():
-    p = plan(sample_view("towers_tf1"), "towers", 1)
+def test_towers_fold_modulo_streams(sample_view):
+    p = plan(sample_view("towers_tf1")[1], "towers", 1)
     assert p == {}
 
 
 # -- stage -------------------------------------------------------------------------------------
-def test_stage_found_automatically():
-    p = plan(sample_view("stage_tf1"), "stage", 2)
+def test_stage_found_automatically(sample_view):
+    p = plan(sample_view("stage_tf1")[1], "stage", 2)
     assert set(p.values()) == {1}
     for key in (
         "preprocess/StringToHashBucketFast",
@@ -123,15 +118,15 @@ def test_stage_found_automatically():
         assert key not in p
 
 
-def test_stage_with_a_given_boundary_is_everything_upstream():
-    p = plan(sample_view("stage_tf1"), "stage", 3, boundary=["preprocess/stack:0"])
+def test_stage_with_a_given_boundary_is_everything_upstream(sample_view):
+    p = plan(sample_view("stage_tf1")[1], "stage", 3, boundary=["preprocess/stack:0"])
     assert set(p.values()) == {2}
     assert "preprocess/Log1p_2" in p and "preprocess/StringLength" in p and "lines" in p
     assert "preprocess/StringToHashBucketFast" not in p  # not upstream of the boundary
 
 
-def test_stage_does_not_apply_to_a_model_without_preprocessing():
-    assert plan(sample_view("towers_tf1"), "stage", 2) == {}
+def test_stage_does_not_apply_to_a_model_without_preprocessing(sample_view):
+    assert plan(sample_view("towers_tf1")[1], "stage", 2) == {}
 
 
 def test_stage_bad_boundary_is_bad_input(msopt, tmp_path):
@@ -143,8 +138,8 @@ def test_stage_bad_boundary_is_bad_input(msopt, tmp_path):
 
 
 # -- collective --------------------------------------------------------------------------------
-def test_collective_ops_go_to_their_own_stream():
-    v = view(
+def test_collective_ops_go_to_their_own_stream(hand_view, sample_view):
+    v = hand_view(
         [
             ("x", "Placeholder", []),
             ("g", "MatMul", ["x", "x"]),
@@ -159,7 +154,7 @@ def test_collective_ops_go_to_their_own_stream():
     assert plan(v, "collective", 4) == {"nccl": 3, "coll": 3, "hvd": 3, "send": 3, "recv": 3}
     assert plan(v, "collective", 4, collective_stream=2)["nccl"] == 2
     assert plan(v, "collective", 1) == {}
-    assert plan(sample_view("deepfm_tf1"), "collective", 2) == {}
+    assert plan(sample_view("deepfm_tf1")[1], "collective", 2) == {}
 
 
 # -- every built-in partition of the sample models runs bitwise identically -----------------------

@@ -7,7 +7,6 @@ from dataclasses import replace
 
 import pytest
 from conftest import SAMPLES
-from handbuilt import view
 
 import msopt
 from msopt import concurrency
@@ -18,24 +17,18 @@ from msopt.simulate import simulate
 from msopt.uncertainty import corner_models
 
 
-def fan(width, contention, launch_us=4.0, op_overhead_us=1.0, kernel_us=2.0):
-    """``width`` independent short kernels: launching them (``launch_us`` + ``op_overhead_us`` each) takes longer
-    than running them (``kernel_us``, a sliver of the GPU each), so the model is launch-bound."""
-    v = view([("x", "Placeholder", [])] + [(f"k{i}", "Relu", ["x"]) for i in range(width)])
-    gpu = replace(TARGETS["h100"], launch_us=launch_us, op_overhead_us=op_overhead_us, launch_contention=contention)
-    return v, CostModel(v, None, target=gpu, costs={f"k{i}": kernel_us for i in range(width)})
+@pytest.fixture
+def fan(hand_view):
+    """``build(width, contention, ...)``: ``width`` independent short kernels; launching them (``launch_us`` +
+    ``op_overhead_us`` each) takes longer than running them (``kernel_us``, a sliver of the GPU each), so the
+    model is launch-bound."""
 
+    def build(width, contention, launch_us=4.0, op_overhead_us=1.0, kernel_us=2.0):
+        v = hand_view([("x", "Placeholder", [])] + [(f"k{i}", "Relu", ["x"]) for i in range(width)])
+        gpu = replace(TARGETS["h100"], launch_us=launch_us, op_overhead_us=op_overhead_us, launch_contention=contention)
+        return v, CostModel(v, None, target=gpu, costs={f"k{i}": kernel_us for i in range(width)})
 
-def fork_join(kernel_us, width=2):
-    """x -> b0..b(width-1) (MatMuls of ``kernel_us``) -> join, on v100 with the product host model."""
-    v = view(
-        [("x", "Placeholder", [])]
-        + [(f"b{i}", "MatMul", ["x", "x"]) for i in range(width)]
-        + [("join", "AddN", [f"b{i}" for i in range(width)])]
-    )
-    times = {f"b{i}": kernel_us for i in range(width)}
-    times["join"] = 5.0
-    return v, CostModel(v, None, target="v100", costs=times)
+    return build
 
 
 def per_s(cost, partition, streams, c, lanes):
@@ -43,8 +36,8 @@ def per_s(cost, partition, streams, c, lanes):
 
 
 @pytest.mark.parametrize("kernel_us, partition", [(8.0, {}), (120.0, {"b1": 1}), (400.0, {"b0": 1, "join": 1})])
-def test_one_request_on_one_lane_is_the_single_run(kernel_us, partition):
-    v, cost = fork_join(kernel_us, width=3)
+def test_one_request_on_one_lane_is_the_single_run(fork_join, kernel_us, partition):
+    v, cost, _ = fork_join(kernel_us, width=3)
     makespan = simulate(v, partition, 2, cost).makespan_us
     figures = concurrency.load(cost, partition, 2, 1, 1, requests=6)
     assert figures["requests_per_s"] == pytest.approx(1e6 / makespan, rel=1e-6)
@@ -64,7 +57,7 @@ def test_one_request_on_one_lane_is_the_single_run_of_a_sample_model(sample_cost
 
 
 @pytest.mark.parametrize("contention", [0.0, 0.25, 0.5, 1.0])
-def test_a_second_request_in_flight_on_two_lanes_never_lowers_throughput(contention):
+def test_a_second_request_in_flight_on_two_lanes_never_lowers_throughput(fan, contention):
     v, cost = fan(20, contention)
     one, two = per_s(cost, {}, 1, 1, 2), per_s(cost, {}, 1, 2, 2)
     assert two >= one * (1 - 1e-9)
@@ -72,7 +65,7 @@ def test_a_second_request_in_flight_on_two_lanes_never_lowers_throughput(content
         assert two == pytest.approx(2 * one, rel=1e-6)
 
 
-def test_with_every_launch_serialized_lanes_add_nothing_to_a_launch_bound_model():
+def test_with_every_launch_serialized_lanes_add_nothing_to_a_launch_bound_model(fan):
     v, cost = fan(20, 1.0)
     driver_bound = 1e6 / (20 * cost.target.launch_us)  # one launch at a time, the whole of each launch
     for c in (2, 8):
@@ -100,8 +93,8 @@ def brute_force(cost, plans, c, lanes):
 
 @pytest.mark.parametrize("kernel_us", [0.5, 8.0, 120.0, 170.0, 400.0])
 @pytest.mark.parametrize("c", [1, 2, 4])
-def test_the_recommendation_is_the_robust_optimum(kernel_us, c):
-    v, cost = fork_join(kernel_us)
+def test_the_recommendation_is_the_robust_optimum(fork_join, kernel_us, c):
+    v, cost, _ = fork_join(kernel_us)
     plans = {1: {}, 2: {"b1": 1}}
     best, point_best_robust = brute_force(cost, plans, c, 2)
     chosen = concurrency.recommend(cost, plans, c, 2)
@@ -110,10 +103,10 @@ def test_the_recommendation_is_the_robust_optimum(kernel_us, c):
     assert bool(chosen["note"]) == (not point_best_robust)
 
 
-def test_a_point_winner_slower_than_one_lane_at_some_corner_is_passed_over():
+def test_a_point_winner_slower_than_one_lane_at_some_corner_is_passed_over(fork_join):
     # Two streams per lane win at the point estimate, but not when each further stream's executor starts
     # 200 us later (the host box's high corner): the recommendation stays on one stream and says why.
-    v, cost = fork_join(120.0)
+    v, cost, _ = fork_join(120.0)
     chosen = concurrency.recommend(cost, {1: {}, 2: {"b1": 1}}, 1, 2)
     two = next(r for r in chosen["candidates"] if r["lanes"] == 1 and r["streams_per_lane"] == 2)
     assert two["requests_per_s"] > chosen["requests_per_s"] and not two["robust"]

@@ -49,14 +49,7 @@ class Dag:
 
 def dag_of(tasks):
     """The Dag of a flattened run (msopt.flat.Tasks): every input and control edge, each pair once."""
-    preds = [
-        list(dict.fromkeys([src for src, _ in inputs] + control))
-        for inputs, control in zip(tasks.inputs, tasks.control)
-    ]
-    succs = [[] for _ in preds]
-    for v, ps in enumerate(preds):
-        for u in ps:
-            succs[u].append(v)
+    preds, succs = tasks.neighbour_lists()  # from the run's arrays
     return Dag(tasks.key, preds, succs, tasks)
 
 

@@ -1,0 +1,113 @@
+"""The op instances of one run (msopt.flat builds them): parallel per-task lists and their edges as arrays."""
+
+import numpy as np
+
+
+class Tasks:
+    """The flattened run: parallel lists indexed by task id, ids in a topological order.
+
+    A run built by ``flatten_run`` holds its edges as arrays (``csr()``); its ``inputs`` and
+    ``control`` lists are made from them on first use, so passes that read the arrays never
+    pay for a million small lists. ``node`` (the GraphView node of each task) is set on such a run.
+    """
+
+    def __init__(self):
+        self.key = []  # GraphView node key of the op
+        self.op = []
+        self.instance = []  # index into instances: the function call this op instance runs in (0 = main graph)
+        self.inputs = []  # [(task, output index)] data inputs
+        self.control = []  # [task] control predecessors
+        self.instances = [(None, None)]  # (call node key, parent instance) per inlined call; 0 is the main graph
+
+    def __len__(self):
+        return len(self.key)
+
+    def __getattr__(self, name):  # only called for an attribute not set: the lists of a run built from arrays
+        arrays = self.__dict__.get("_csr")
+        if arrays is None or name not in ("inputs", "control"):
+            raise AttributeError(name)
+        data_ptr, data_src, data_port, control_ptr, control_src = arrays
+        pairs = list(zip(data_src.tolist(), data_port.tolist()))
+        ptr = data_ptr.tolist()
+        self.inputs = [pairs[a:b] for a, b in zip(ptr, ptr[1:])]
+        ptr, sources = control_ptr.tolist(), control_src.tolist()
+        self.control = [sources[a:b] for a, b in zip(ptr, ptr[1:])]
+        return self.__dict__[name]
+
+    def csr(self):
+        """(data_ptr, data_src, data_port, control_ptr, control_src), int64 arrays: task i reads output
+        data_port[e] of task data_src[e] for e in data_ptr[i]:data_ptr[i + 1] (its inputs in order), and
+        waits for control_src[control_ptr[i]:control_ptr[i + 1]] (ascending in a built run). Computed once: the lists
+        must not change afterwards."""
+        arrays = self.__dict__.get("_csr")
+        if arrays is None:
+            arrays = self._csr = csr_of(self.inputs, self.control)
+        return arrays
+
+    def neighbour_lists(self):
+        """(preds, succs): per task its distinct predecessors (data inputs in order, then control ones) and
+        its distinct successors ascending, as lists; what ``dict.fromkeys`` over the lists gives, from the arrays."""
+        data_ptr, data_src, _, control_ptr, control_src = self.csr()
+        n = len(self.key)
+        dst = np.concatenate(
+            [np.repeat(np.arange(n), np.diff(data_ptr)), np.repeat(np.arange(n), np.diff(control_ptr))]
+        )
+        src = np.concatenate([data_src, control_src])
+        kind = np.concatenate([np.zeros(len(data_src), np.int64), np.ones(len(control_src), np.int64)])
+        rank = np.empty(len(src), np.int64)
+        rank[np.lexsort((np.arange(len(src)), kind, dst))] = np.arange(len(src))  # a task's listing order
+        by_pair = np.lexsort((rank, src, dst))  # each (task, predecessor) pair, its first listing first
+        first = np.ones(len(src), bool)
+        first[1:] = (dst[by_pair][1:] != dst[by_pair][:-1]) | (src[by_pair][1:] != src[by_pair][:-1])
+        kept = by_pair[first]
+        kept = kept[np.lexsort((rank[kept], dst[kept]))]
+        preds = _lists(src[kept], np.bincount(dst[kept], minlength=n))
+        by_source = kept[np.lexsort((dst[kept], src[kept]))]
+        succs = _lists(dst[by_source], np.bincount(src[kept], minlength=n))
+        return preds, succs
+
+    def op_codes(self):
+        """(op names, per-task int64 code into them), computed once: per-op-type tables index it."""
+        codes = self.__dict__.get("_op_codes")
+        if codes is None:
+            codes = self._op_codes = op_codes(self.op)
+        return codes
+
+    def ops_in(self, table):
+        """Per task, whether its op type is in ``table`` (a bool array)."""
+        names, codes = self.op_codes()
+        return np.array([op in table for op in names], bool)[codes] if names else np.zeros(len(codes), bool)
+
+    def callers(self, i):
+        """Keys of the call nodes task ``i`` was inlined for, outermost first."""
+        out = []
+        instance = self.instance[i]
+        while instance:
+            call, instance = self.instances[instance]
+            out.append(call)
+        return tuple(reversed(out))
+
+
+def op_codes(ops):
+    """(distinct op names in first-seen order, each op's index into them as int64)."""
+    names = list(dict.fromkeys(ops))
+    table = dict(zip(names, range(len(names))))
+    return names, np.fromiter(map(table.__getitem__, ops), np.int64, len(ops))
+
+
+def csr_of(inputs, control):
+    """The arrays of ``Tasks.csr`` from per-task lists of (task, output index) and of control tasks."""
+    data_ptr = np.zeros(len(inputs) + 1, np.int64)
+    np.cumsum([len(x) for x in inputs], out=data_ptr[1:])
+    data_src = np.fromiter((s for x in inputs for s, _ in x), np.int64, int(data_ptr[-1]))
+    data_port = np.fromiter((p for x in inputs for _, p in x), np.int64, int(data_ptr[-1]))
+    control_ptr = np.zeros(len(control) + 1, np.int64)
+    np.cumsum([len(x) for x in control], out=control_ptr[1:])
+    control_src = np.fromiter((s for x in control for s in x), np.int64, int(control_ptr[-1]))
+    return data_ptr, data_src, data_port, control_ptr, control_src
+
+
+def _lists(values, counts):
+    """``values`` cut into consecutive lists of ``counts`` items."""
+    flat, bounds = values.tolist(), np.concatenate([[0], np.cumsum(counts)]).tolist()
+    return [flat[a:b] for a, b in zip(bounds, bounds[1:])]
