@@ -20,7 +20,7 @@ from msopt.errors import InputError
 from msopt.graph import MAIN
 from msopt.op_tables import BACK_EDGE_OPS, CALL_OPS, FIRST_INPUT_IS_PREDICATE
 from msopt.op_tables import output_index as _output_index
-from msopt.order import topological_order
+from msopt.order import topological_array
 from msopt.protos import DTYPE_NAMES
 from msopt.tasks import Tasks, op_codes  # Tasks re-exported: the run's container
 
@@ -332,9 +332,7 @@ def _distinct(values):
 
 def _kahn(ptr, successors, pending):
     """msopt.order's topological sort (Kahn's, first ready first served) of the CSR successor arrays, as an array."""
-    flat_succ, bounds = successors.tolist(), ptr.tolist()
-    order = topological_order([flat_succ[a:b] for a, b in zip(bounds, bounds[1:])], pending.tolist())
-    return np.asarray(order, np.int64)
+    return topological_array(np.asarray(ptr, np.int64), np.asarray(successors, np.int64), pending)
 
 
 def _topological(out, built, data, control):
