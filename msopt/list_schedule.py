@@ -19,7 +19,7 @@ from itertools import chain
 import numpy as np
 
 from msopt.jit import compiled
-from msopt.order import csr, longest_array
+from msopt.order import csr, longest_array, priority_array
 from msopt.rules.chains import greedy_cover_array
 
 _ARRAYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # cost model -> its _Arrays
@@ -103,9 +103,7 @@ class _Arrays:
         """A topological order that always takes the ready op with the longest path still ahead of it (the
         lowest task id among equals)."""
         if self._order is None:
-            self._order = np.empty(self.n, dtype=np.int64)
-            waiting = np.diff(self.pred_ptr)
-            _priority(waiting, self.succ_ptr, self.succ_idx, self.rank(), self._order)
+            self._order = priority_array(np.diff(self.pred_ptr), self.succ_ptr, self.succ_idx, self.rank())
         return self._order
 
     def chains(self):
@@ -174,65 +172,6 @@ def _successors(pred_ptr, pred_idx, n):
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(pred_idx, minlength=n), out=indptr[1:])
     return indptr, dst[by_src]
-
-
-@compiled
-def _priority(waiting, succ_ptr, succ_idx, rank, order):
-    """Fills ``order``: Kahn's walk taking the ready task of the highest ``rank`` first, the lowest id among equal
-    ranks (a binary heap; ``waiting``, each task's predecessor count, is consumed)."""
-    n = len(waiting)
-    heap = np.empty(n, dtype=np.int64)
-    size = 0
-    count = 0
-    for v in range(n):
-        if waiting[v] == 0:
-            size = _push(heap, size, v, rank)
-    while size > 0:
-        v = heap[0]
-        size -= 1
-        if size > 0:
-            _sift_down(heap, size, heap[size], rank)
-        order[count] = v
-        count += 1
-        for j in range(succ_ptr[v], succ_ptr[v + 1]):
-            w = succ_idx[j]
-            waiting[w] -= 1
-            if waiting[w] == 0:
-                size = _push(heap, size, w, rank)
-
-
-@compiled
-def _before(a, b, rank):
-    return rank[a] > rank[b] or (rank[a] == rank[b] and a < b)
-
-
-@compiled
-def _push(heap, size, v, rank):
-    k = size
-    while k > 0:
-        parent = (k - 1) >> 1
-        if not _before(v, heap[parent], rank):
-            break
-        heap[k] = heap[parent]
-        k = parent
-    heap[k] = v
-    return size + 1
-
-
-@compiled
-def _sift_down(heap, size, v, rank):
-    k = 0
-    while True:
-        child = 2 * k + 1
-        if child >= size:
-            break
-        if child + 1 < size and _before(heap[child + 1], heap[child], rank):
-            child += 1
-        if not _before(heap[child], v, rank):
-            break
-        heap[k] = heap[child]
-        k = child
-    heap[k] = v
 
 
 @compiled

@@ -1,4 +1,4 @@
-"""Orders over a DAG of op instances: the one topological sort and the one longest-path rank.
+"""The one topological sort (first ready first served, or by priority) and the one longest-path rank of a DAG.
 
 Each walk is written once, as a loop over CSR arrays (``indptr``, ``indices``: v's successors are
 ``indices[indptr[v]:indptr[v + 1]]``). The planner runs it compiled (msopt.jit, over numpy
@@ -55,11 +55,74 @@ def _longest(order, indptr, indices, cost, rank):
         rank[v] = best + cost[v]
 
 
+def _priority_walk(waiting, indptr, indices, priority, heap, stage, order):
+    """Kahn's walk taking, each time, the ready vertex of the highest ``priority`` (the lowest id among equals)
+    into ``order``; returns how many vertices it placed (fewer when a cycle holds some back).
+
+    ``waiting[v]`` counts v's entries in ``indices`` (consumed); ``heap`` and ``stage`` are int buffers of one
+    entry per vertex. The ready set is a binary heap written out here because the compiled form cannot call
+    Python's heapq; the vertex taken is always the unique best of the ready set, so the order does not
+    depend on how the heap is kept.
+    """
+    staged = 0  # freed vertices waiting to enter the heap
+    for v in range(len(waiting)):
+        if waiting[v] == 0:
+            stage[staged] = v
+            staged += 1
+    size = 0
+    count = 0
+    while staged > 0 or size > 0:
+        for s in range(staged):  # push: sift the new vertex up past every worse parent
+            v = stage[s]
+            k = size
+            size += 1
+            while k > 0:
+                parent = (k - 1) >> 1
+                p = heap[parent]
+                if priority[v] > priority[p] or (priority[v] == priority[p] and v < p):
+                    heap[k] = p
+                    k = parent
+                else:
+                    break
+            heap[k] = v
+        staged = 0
+        best = heap[0]  # pop: the last entry sifts down from the root
+        size -= 1
+        v = heap[size]
+        k = 0
+        while True:
+            child = 2 * k + 1
+            if child >= size:
+                break
+            c = heap[child]
+            if child + 1 < size:
+                d = heap[child + 1]
+                if priority[d] > priority[c] or (priority[d] == priority[c] and d < c):
+                    child += 1
+                    c = d
+            if priority[c] > priority[v] or (priority[c] == priority[v] and c < v):
+                heap[k] = c
+                k = child
+            else:
+                break
+        if size > 0:
+            heap[k] = v
+        order[count] = best
+        count += 1
+        for j in range(indptr[best], indptr[best + 1]):
+            w = indices[j]
+            waiting[w] -= 1
+            if waiting[w] == 0:
+                stage[staged] = w
+                staged += 1
+    return count
+
+
 @cache
 def _compiled():
     from msopt.jit import compiled
 
-    return compiled(_walk), compiled(_longest)
+    return compiled(_walk), compiled(_longest), compiled(_priority_walk)
 
 
 # -- over CSR arrays (numpy), compiled -----------------------------------------------------------
@@ -101,6 +164,20 @@ def longest_array(order, indptr, indices, cost):
     return rank
 
 
+def priority_array(waiting, indptr, indices, priority):
+    """The vertices in Kahn's order taking the ready vertex of the highest ``priority`` first (the lowest id
+    among equals), as an int64 array; vertices a cycle holds back are left out. ``waiting`` is copied."""
+    import numpy as np
+
+    n = len(waiting)
+    order = np.empty(n, dtype=np.int64)
+    buffers = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    count = _compiled()[2](
+        np.array(waiting, dtype=np.int64), indptr, indices, np.asarray(priority, dtype=np.float64), *buffers, order
+    )
+    return order[:count]
+
+
 # -- over Python lists (the callers' form) -------------------------------------------------------
 
 
@@ -115,6 +192,21 @@ def kahn_order(succs, indegree):
     indices = list(chain.from_iterable(succs))
     order = [0] * n
     count = _walk(indptr, indices, indegree, order, [False] * n, False)
+    del order[count:]
+    return order
+
+
+def priority_order(succs, priority):
+    """``priority_array`` over lists, interpreted: the vertices in Kahn's order taking the ready vertex of the
+    highest ``priority`` first (the lowest id among equals); vertices a cycle holds back are left out."""
+    n = len(succs)
+    waiting = [0] * n
+    for targets in succs:
+        for w in targets:
+            waiting[w] += 1
+    indptr = [0, *accumulate(map(len, succs))]
+    order = [0] * n
+    count = _priority_walk(waiting, indptr, list(chain.from_iterable(succs)), priority, [0] * n, [0] * n, order)
     del order[count:]
     return order
 

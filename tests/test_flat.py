@@ -12,7 +12,7 @@ from msopt.flat import flat_run
 from msopt.graph import MAIN, GraphView
 from msopt.load import load
 from msopt.op_tables import CONTROL_FLOW_OPS, HIDDEN_IN_DRAWING
-from msopt.order import longest_to_sink, topological_order
+from msopt.order import longest_to_sink, priority_order, topological_order
 from msopt.plan import PlanOptions, make_plan
 from msopt.rules import RuleOptions, run_rule
 from msopt.rules.walk import flatten
@@ -133,6 +133,13 @@ def test_topological_order_is_first_ready_first_served_and_survives_a_cycle():
     cyclic = [[1], [2], [1], []]  # 1 <-> 2
     order = topological_order(cyclic, [0, 2, 1, 0])
     assert sorted(order) == [0, 1, 2, 3] and order[:2] == [0, 3]
+
+
+def test_priority_order_takes_the_best_ready_vertex_lowest_id_first_and_leaves_cycles_out():
+    # 0 and 1 ready at once: 1 has the higher priority; 3 and 2 are then ready with equal priorities: lower id first.
+    succs = [[2], [3, 2], [], []]
+    assert priority_order(succs, [1.0, 5.0, 0.0, 0.0]) == [1, 0, 2, 3]
+    assert priority_order([[1], [2], [1], []], [0.0, 0.0, 0.0, 9.0]) == [3, 0]  # 1 <-> 2 held back
 
 
 def test_longest_to_sink_counts_each_vertex_once():

@@ -1,10 +1,10 @@
 """Name scopes folded into boxes: open to a depth and along expanded paths; crowded scopes cut into stages."""
 
-import heapq
 import math
 from collections import Counter, defaultdict
 
 from msopt.errors import InputError
+from msopt.order import priority_order
 from msopt.visualize.ops import op_streams
 
 MAX_MEMBERS = 40  # an open scope with more members than this is cut into stages
@@ -161,25 +161,10 @@ def _first_reaching(before, start, target):
 def _member_order(n, succ, first):
     """Members in data-flow order, ties broken by first op; members on cycles last, by first op.
 
-    Not ``msopt.order.topological_order``: that sort serves ready vertices first come first served (as
-    TensorFlow's executor does) and releases a cycle's earliest vertex in place, while stages must take the
-    ready member holding the earliest op each time (a priority queue) and put scopes that feed each other
-    last, so that the picture reads in the ops' order. order.py has no priority-ordered sort to call.
+    The ready member holding the earliest op goes first (``msopt.order.priority_order``), not the first
+    ready one, and scopes that feed each other go last, so that the picture reads in the ops' order.
     """
-    indegree = [0] * n
-    for m in range(n):
-        for d in succ[m]:
-            indegree[d] += 1
-    ready = [(first[m], m) for m in range(n) if indegree[m] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        _, m = heapq.heappop(ready)
-        order.append(m)
-        for d in succ[m]:
-            indegree[d] -= 1
-            if indegree[d] == 0:
-                heapq.heappush(ready, (first[d], d))
+    order = priority_order([list(succ[m]) for m in range(n)], [-first[m] for m in range(n)])
     if len(order) < n:
         seen = set(order)
         order.extend(sorted((m for m in range(n) if m not in seen), key=lambda m: first[m]))
