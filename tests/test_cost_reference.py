@@ -124,9 +124,7 @@ def test_neighbour_lists_equal_the_lists_they_summarize(seed):
     assert sum(map(len, preds)) > 0
 
 
-def test_negative_ports_read_as_list_indices_do():
+def test_negative_ports_read_as_list_indices_do(hand_view):
     """A hand-built view may name output -1 (the last) or -2 (none: an error), as a Python list index would."""
-    from handbuilt import view
-
-    assert assert_same(view([("a", "Placeholder", []), ("b", "Relu", ["a:-1"]), ("c", "Relu", ["b"])])) == 3
-    assert assert_same(view([("a", "Placeholder", []), ("b", "Relu", ["a:-2"])])) == 0  # both raise the same
+    assert assert_same(hand_view([("a", "Placeholder", []), ("b", "Relu", ["a:-1"]), ("c", "Relu", ["b"])])) == 3
+    assert assert_same(hand_view([("a", "Placeholder", []), ("b", "Relu", ["a:-2"])])) == 0  # both raise the same

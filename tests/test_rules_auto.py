@@ -4,7 +4,6 @@ import itertools
 import json
 
 import pytest
-from handbuilt import view
 
 from msopt.constraints import apply
 from msopt.cost import CostModel
@@ -34,17 +33,8 @@ def brute_force_best(v, streams, cost, keys, robust=False):
     return best
 
 
-def fork_join(kernel_us, width):
-    spec = [("x", "Placeholder", [])] + [(f"b{i}", "MatMul", ["x", "x"]) for i in range(width)]
-    spec.append(("join", "AddN", [f"b{i}" for i in range(width)]))
-    v = view(spec)
-    times = {f"b{i}": kernel_us for i in range(width)}
-    times["join"] = 5.0
-    return v, CostModel(v, None, target="v100", costs=times), [f"b{i}" for i in range(width)] + ["join"]
-
-
 @pytest.mark.parametrize("width,streams", [(2, 2), (3, 2), (4, 4), (3, 3)])
-def test_long_independent_kernels_match_the_brute_force_optimum(width, streams):
+def test_long_independent_kernels_match_the_brute_force_optimum(fork_join, width, streams):
     v, cost, keys = fork_join(200.0, width)
     plan, report = auto_plan(v, streams, cost)
     got = simulate(v, plan, streams, cost).makespan_us
@@ -53,7 +43,7 @@ def test_long_independent_kernels_match_the_brute_force_optimum(width, streams):
     assert len({plan[k] for k in keys[:-1]}) == min(width, streams)
 
 
-def test_tiny_kernels_stay_on_one_stream_and_auto_says_why():
+def test_tiny_kernels_stay_on_one_stream_and_auto_says_why(fork_join):
     v, cost, keys = fork_join(1.0, 4)  # a sync costs more than the work it would overlap (at some host corner)
     plan, report = auto_plan(v, 4, cost)
     got = simulate(v, plan, 4, cost).makespan_us
@@ -63,15 +53,15 @@ def test_tiny_kernels_stay_on_one_stream_and_auto_says_why():
     assert any("uses 1 of 4 streams: parallelism does not pay" in note for note in report["notes"])
 
 
-def test_a_chain_uses_one_stream():
-    v = view([("x", "Placeholder", []), ("a", "MatMul", ["x", "x"]), ("b", "Relu", ["a"]), ("c", "Tanh", ["b"])])
+def test_a_chain_uses_one_stream(hand_view):
+    v = hand_view([("x", "Placeholder", []), ("a", "MatMul", ["x", "x"]), ("b", "Relu", ["a"]), ("c", "Tanh", ["b"])])
     cost = CostModel(v, None, target="v100", costs={"a": 100.0, "b": 50.0, "c": 50.0})
     plan, report = auto_plan(v, 4, cost)
     assert set(plan.values()) <= {0}
     assert report["auto"]["streams_used"] == 1
 
 
-def test_uneven_branches_on_two_streams_match_the_brute_force_optimum():
+def test_uneven_branches_on_two_streams_match_the_brute_force_optimum(hand_view):
     # One long branch (3 x 100 us) and three short ones (30 us): the short ones share the other stream.
     spec = [
         ("x", "Placeholder", []),
@@ -83,7 +73,7 @@ def test_uneven_branches_on_two_streams_match_the_brute_force_optimum():
         ("s3", "Relu", ["x"]),
         ("join", "AddN", ["l3", "s1", "s2", "s3"]),
     ]
-    v = view(spec)
+    v = hand_view(spec)
     times = {"l1": 100.0, "l2": 100.0, "l3": 100.0, "s1": 30.0, "s2": 30.0, "s3": 30.0, "join": 5.0}
     cost = CostModel(v, None, target="v100", costs=times)
     plan, _ = auto_plan(v, 2, cost)

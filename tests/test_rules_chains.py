@@ -4,7 +4,6 @@ import json
 import random
 
 import pytest
-from handbuilt import diamond, graph_def, view
 
 from msopt.graph import GraphView
 from msopt.plan import plan_rule
@@ -23,7 +22,7 @@ def cross_edges(v, partition):
     return sum(partition.get(src, 0) != partition.get(dst, 0) for src, dst, _ in v.edges())
 
 
-def test_diamond_needs_two_chains_and_exactly_two_cross_edges():
+def test_diamond_needs_two_chains_and_exactly_two_cross_edges(diamond):
     v = diamond()
     p = plan(v, 2)
     assert len(set(p.values())) == 2
@@ -31,8 +30,8 @@ def test_diamond_needs_two_chains_and_exactly_two_cross_edges():
     assert p["b"] != p["c"]  # the two independent ops run concurrently
 
 
-def test_independent_chains_get_their_own_streams_with_no_sync():
-    v = view(
+def test_independent_chains_get_their_own_streams_with_no_sync(hand_view):
+    v = hand_view(
         [
             ("x0", "Relu", []),
             ("x1", "Relu", ["x0"]),
@@ -47,44 +46,51 @@ def test_independent_chains_get_their_own_streams_with_no_sync():
     assert cross_edges(v, p) == 0
 
 
-def test_one_stream_puts_everything_on_stream_zero():
+def test_one_stream_puts_everything_on_stream_zero(diamond):
     assert set(plan(diamond(), 1).values()) == {0}
 
 
-def test_out_tree_needs_one_chain_per_leaf():
+def test_out_tree_needs_one_chain_per_leaf(hand_view):
     # A binary out-tree of depth 3: 8 leaves, so a minimum path cover has exactly 8 paths.
     spec = [("n1", "Relu", [])]
     for i in range(2, 16):
         spec.append((f"n{i}", "Relu", [f"n{i // 2}"]))
-    chains = path_cover(flatten(view(spec)))
+    chains = path_cover(flatten(hand_view(spec)))
     assert len(set(chains)) == 8
 
 
-def test_in_tree_needs_one_chain_per_leaf():
+def test_in_tree_needs_one_chain_per_leaf(hand_view):
     spec = [(f"n{i}", "Relu", []) for i in range(8, 16)]
     for i in range(7, 0, -1):
         spec.append((f"n{i}", "AddV2", [f"n{2 * i}", f"n{2 * i + 1}"]))
-    assert len(set(path_cover(flatten(view(spec))))) == 8
+    assert len(set(path_cover(flatten(hand_view(spec))))) == 8
 
 
-def random_layered(size, seed):
-    rng = random.Random(seed)
-    spec = []
-    for i in range(size):
-        if i < 8:
-            spec.append((f"n{i}", "Placeholder", []))
-        else:
-            spec.append(
-                (
-                    f"n{i}",
-                    "AddV2",
-                    sorted({f"n{rng.randrange(max(0, i - 24), i)}" for _ in range(rng.choice((1, 2, 3)))}),
+@pytest.fixture
+def random_layered(hand_view):
+    """``build(size, seed)``: a random layered DAG of AddV2 ops over 8 placeholders, each reading 1-3 of the 24
+    ops before it."""
+
+    def build(size, seed):
+        rng = random.Random(seed)
+        spec = []
+        for i in range(size):
+            if i < 8:
+                spec.append((f"n{i}", "Placeholder", []))
+            else:
+                spec.append(
+                    (
+                        f"n{i}",
+                        "AddV2",
+                        sorted({f"n{rng.randrange(max(0, i - 24), i)}" for _ in range(rng.choice((1, 2, 3)))}),
+                    )
                 )
-            )
-    return view(spec)
+        return hand_view(spec)
+
+    return build
 
 
-def test_chains_are_paths_of_the_graph_so_no_concurrency_is_lost():
+def test_chains_are_paths_of_the_graph_so_no_concurrency_is_lost(random_layered):
     v = random_layered(3000, seed=1)
     dag = flatten(v)
     chain_of = path_cover(dag)
@@ -113,21 +119,21 @@ def minimum_path_cover(dag):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_path_cover_is_the_minimum(seed):
+def test_path_cover_is_the_minimum(random_layered, seed):
     dag = flatten(random_layered(600, seed))
     assert len(set(path_cover(dag))) == minimum_path_cover(dag)
 
 
-def test_path_cover_is_the_minimum_where_a_greedy_matching_is_not():
+def test_path_cover_is_the_minimum_where_a_greedy_matching_is_not(hand_view):
     # a0 -> b0, a0 -> b1, a1 -> b0: matching a0 with b0 first (the lower ids) leaves a1 and b1 unmatched,
     # 3 chains; the minimum is 2 (a0 -> b1, a1 -> b0).
-    v = view([("a0", "Relu", []), ("a1", "Relu", []), ("b0", "AddV2", ["a0", "a1"]), ("b1", "Relu", ["a0"])])
+    v = hand_view([("a0", "Relu", []), ("a1", "Relu", []), ("b0", "AddV2", ["a0", "a1"]), ("b1", "Relu", ["a0"])])
     dag = flatten(v)
     chain_of = path_cover(dag)
     assert len(set(chain_of)) == minimum_path_cover(dag) == 2
 
 
-def test_folding_never_exceeds_the_stream_count():
+def test_folding_never_exceeds_the_stream_count(random_layered):
     v = random_layered(2000, seed=2)
     for streams in (1, 2, 3, 8):
         p, _ = plan_rule("chains", v, streams)
@@ -135,8 +141,8 @@ def test_folding_never_exceeds_the_stream_count():
         assert len(set(p.values())) == streams
 
 
-def test_function_bodies_are_inlined_in_place_of_their_calls():
-    graph = graph_def([("x", "Placeholder", []), ("call", "StatefulPartitionedCall", ["x"]), ("y", "Relu", ["call"])])
+def test_function_bodies_are_inlined_in_place_of_their_calls(hand_graph):
+    graph = hand_graph([("x", "Placeholder", []), ("call", "StatefulPartitionedCall", ["x"]), ("y", "Relu", ["call"])])
     graph.node[1].attr["f"].func.name = "body"
     fdef = graph.library.function.add()
     fdef.signature.name = "body"
@@ -157,8 +163,8 @@ def test_function_bodies_are_inlined_in_place_of_their_calls():
     assert "body:a" not in p and "call" not in p  # virtual argument nodes and calls are never assigned
 
 
-def test_v1_while_loop_back_edges_do_not_make_a_cycle():
-    v = view(
+def test_v1_while_loop_back_edges_do_not_make_a_cycle(hand_view):
+    v = hand_view(
         [
             ("x", "Placeholder", []),
             ("enter", "Enter", ["x"]),
@@ -257,7 +263,7 @@ def test_plans_do_not_depend_on_the_process_hash_seed():
     assert len(digests) == 1
 
 
-def test_minimum_chains_plans_every_op_within_the_streams():
+def test_minimum_chains_plans_every_op_within_the_streams(random_layered):
     from msopt.rules.chains import minimum_chains
 
     v = random_layered(2000, seed=3)
@@ -266,7 +272,7 @@ def test_minimum_chains_plans_every_op_within_the_streams():
     assert len(set(p.values())) == 3
 
 
-def test_the_flat_dag_is_built_once_per_view_and_constraints_match_a_fresh_view():
+def test_the_flat_dag_is_built_once_per_view_and_constraints_match_a_fresh_view(random_layered):
     from msopt.constraints import apply
 
     v = random_layered(500, seed=4)
