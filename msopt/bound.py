@@ -25,6 +25,11 @@ model's ``neutral`` ops) are not followed: such an op does not order its consume
 
 from weakref import WeakKeyDictionary
 
+import numpy as np
+
+from msopt.list_schedule import arrays
+from msopt.order import longest_array
+
 _cache: "WeakKeyDictionary" = WeakKeyDictionary()
 
 
@@ -47,31 +52,21 @@ def _compute(cm, streams):
     inputs, control = t.inputs, t.control
 
     # Longest path ending at i (head, with i) and starting at i (tail, with i); task ids are topological.
-    head, best_pred = [0.0] * n, [-1] * n
-    for i in range(n):
-        ready = 0.0
-        for j, _ in inputs[i]:
-            if head[j] > ready:
-                ready, best_pred[i] = head[j], j
-        for j in control[i]:
-            if head[j] > ready:
-                ready, best_pred[i] = head[j], j
-        head[i] = ready + d[i]
-    tail = [0.0] * n
-    for i in range(n - 1, -1, -1):
-        after = 0.0
-        for j, _ in succ[i]:
-            if tail[j] > after:
-                after = tail[j]
-        tail[i] = after + d[i]
+    head = longest_from_source(cm, d)
+    a = arrays(cm)
+    tail = longest_array(np.arange(n), a.succ_ptr, a.succ_idx, d).tolist()
 
-    # One critical path, source to sink, cut at ops read in place (they order nothing after them).
+    # One critical path, source to sink, cut at ops read in place (they order nothing after them): from the
+    # op ending last, back through the first predecessor (data inputs, then control) that ends last.
     end = max(range(n), key=head.__getitem__)
     chain = []
     i = end
     while i >= 0 and not neutral[i]:
         chain.append(i)
-        i = best_pred[i]
+        ready, i = 0.0, -1
+        for j in [j for j, _ in inputs[chain[-1]]] + control[chain[-1]]:
+            if head[j] > ready:
+                ready, i = head[j], j
     chain.reverse()
     if not chain:
         return {"serial_us": sum(d) / streams, "cut_us": 0.0, "cut_key": None}
@@ -182,21 +177,23 @@ def tightened(bound, cost_model, streams):
     return out
 
 
+def longest_from_source(cm, cost):
+    """Per task, the longest ``cost`` path from a source ending with it (msopt.order's one longest-path rank, run
+    over the predecessors from the last task back: task ids are topological)."""
+    n = len(cm)
+    if n == 0:
+        return []
+    a = arrays(cm)
+    return longest_array(np.arange(n - 1, -1, -1), a.pred_ptr, a.pred_idx, cost).tolist()
+
+
 def lower_bound(cost_model, streams=1):
     """No schedule on ``streams`` streams of this GPU beats the longest chain of standalone times, the total
     work at full GPU, or the host's time to handle every op and launch every kernel (spread over as many
     threads as there are executors and pool threads, the driver's serialized share of launches excepted)."""
     cm = cost_model
     n = len(cm)
-    finish = [0.0] * n
-    for i in range(n):
-        ready = 0.0
-        for j, _ in cm.tasks.inputs[i]:
-            ready = max(ready, finish[j])
-        for j in cm.tasks.control[i]:
-            ready = max(ready, finish[j])
-        finish[i] = ready + cm.duration[i]
-    critical = max(finish, default=0.0)
+    critical = max(longest_from_source(cm, cm.duration), default=0.0)
     work = sum(d * s for d, s, k in zip(cm.duration, cm.share, cm.kernel) if k)
     target, kernels = cm.target, sum(cm.kernel)
     threads = max(1, min(streams, target.launch_threads))
