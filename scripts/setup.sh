@@ -24,3 +24,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 python3 -m pip install -q --disable-pip-version-check -e ".[test]"
+
+# Compile the planner's loops once (numba keeps them in its on-disk cache), so that no later run,
+# and no test waiting on a subprocess, pays the compilation (about 10 s).
+python3 -m msopt simulate sample_models/deepfm_tf1 --streams 4 > /dev/null
