@@ -14,7 +14,6 @@ import weakref
 from msopt.flat import flatten_run
 from msopt.gc_pause import gc_paused
 from msopt.op_tables import FREE_OPS
-from msopt.order import longest_to_sink as _longest_to_sink
 
 
 class Dag:
@@ -72,26 +71,6 @@ def flatten(view, run=None):
         dag = dag_of(flatten_run(view, None))
         _BY_VIEW[view] = (len(view.nodes), dag)
         return dag
-
-
-def earliest_times(dag, cost):
-    """(start, finish) per vertex with unlimited streams and free syncs: the ASAP schedule."""
-    start = [0.0] * len(dag)
-    finish = [0.0] * len(dag)
-    preds = dag.preds
-    for v in dag.order:
-        s = 0.0
-        for u in preds[v]:
-            if finish[u] > s:
-                s = finish[u]
-        start[v] = s
-        finish[v] = s + cost[v]
-    return start, finish
-
-
-def longest_to_sink(dag, cost):
-    """Per vertex, the longest cost path from it to any sink (its own cost included): the list priority."""
-    return _longest_to_sink(dag.order, dag.succs, cost)
 
 
 def vertex_costs(view, dag, options):
