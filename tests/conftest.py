@@ -7,6 +7,7 @@ import itertools
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,13 @@ SAMPLES = ROOT / "sample_models"
 CACHE = Path(os.environ.get("MSOPT_TEST_CACHE", ROOT / ".cache" / "test-models"))
 TF_GUARD = Path(__file__).resolve().parent / "tf_guard"
 TF_GUARD_VARIABLE = "MSOPT_TEST_FORBID_TF"
+
+# Tests press Ctrl-C (send SIGINT) to the msopt processes they start. A shell that runs the suite as a
+# background job starts it with SIGINT ignored, and an ignored signal stays ignored in every process
+# started below (Python then installs no KeyboardInterrupt handler): give this process the default
+# handler, which its children get back as the default disposition.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def tf_deselected(config):
