@@ -19,7 +19,7 @@ from itertools import chain
 import numpy as np
 
 from msopt.jit import compiled
-from msopt.order import csr, longest_array, priority_array
+from msopt.order import longest_array, priority_array
 from msopt.rules.chains import greedy_cover_array
 
 _ARRAYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # cost model -> its _Arrays
@@ -76,8 +76,7 @@ class _Arrays:
     def __init__(self, cost):
         t = cost.tasks
         n = self.n = len(t.key)
-        self.pred_ptr, self.pred_idx = _unique_preds(t)
-        self.succ_ptr, self.succ_idx = _successors(self.pred_ptr, self.pred_idx, n)
+        self.pred_ptr, self.pred_idx, self.succ_ptr, self.succ_idx = t.neighbour_arrays()
         self.duration = np.asarray(cost.duration, dtype=np.float64)
         self.share = np.asarray(cost.share, dtype=np.float64)
         self.kernel = np.asarray(cost.kernel, dtype=np.bool_)
@@ -114,45 +113,6 @@ class _Arrays:
         return self._chains
 
 
-def _unique_preds(t):
-    """CSR (indptr, indices) of each task's predecessors: its data inputs' tasks, then its control inputs, each
-    once (first occurrence kept, in that order)."""
-    n = len(t.key)
-    in_count = np.fromiter(map(len, t.inputs), dtype=np.int64, count=n)
-    in_ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(in_count, out=in_ptr[1:])
-    in_src = np.fromiter((s for inputs in t.inputs for s, _ in inputs), dtype=np.int64, count=int(in_ptr[-1]))
-    ctl_ptr, ctl_src = csr(t.control)
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    indices = np.empty(len(in_src) + len(ctl_src), dtype=np.int64)
-    size = _merge_unique(in_ptr, in_src, ctl_ptr, ctl_src, indptr, indices)
-    return indptr, indices[:size].copy()
-
-
-@compiled
-def _merge_unique(in_ptr, in_src, ctl_ptr, ctl_src, indptr, indices):
-    """Fills ``indptr`` and ``indices`` with each row's data then control sources, repeats dropped; returns the
-    number of entries."""
-    n = len(in_ptr) - 1
-    last_row = np.full(n, -1, dtype=np.int64)  # the row that last listed the vertex
-    size = 0
-    for v in range(n):
-        for j in range(in_ptr[v], in_ptr[v + 1]):
-            u = in_src[j]
-            if last_row[u] != v:
-                last_row[u] = v
-                indices[size] = u
-                size += 1
-        for j in range(ctl_ptr[v], ctl_ptr[v + 1]):
-            u = ctl_src[j]
-            if last_row[u] != v:
-                last_row[u] = v
-                indices[size] = u
-                size += 1
-        indptr[v + 1] = size
-    return size
-
-
 def _largest(lists):
     """Per list, its largest value (0 if empty) as float64: the bytes of an op's largest output."""
     counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
@@ -163,15 +123,6 @@ def _largest(lists):
         starts = (np.cumsum(counts) - counts)[full]
         out[full] = np.maximum.reduceat(values, starts)
     return out.astype(np.float64)
-
-
-def _successors(pred_ptr, pred_idx, n):
-    """CSR of the successors: per task, its consumers in increasing task order."""
-    dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(pred_ptr))
-    by_src = np.argsort(pred_idx, kind="stable")
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(pred_idx, minlength=n), out=indptr[1:])
-    return indptr, dst[by_src]
 
 
 @compiled

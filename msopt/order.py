@@ -130,8 +130,6 @@ def _compiled():
 
 def csr(lists):
     """(indptr, indices) int64 arrays of a list of lists (``lists[v]`` in order)."""
-    from itertools import chain
-
     import numpy as np
 
     counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))

@@ -44,15 +44,19 @@ class Tasks:
             arrays = self._csr = csr_of(self.inputs, self.control)
         return arrays
 
-    def neighbour_lists(self):
-        """(preds, succs): per task its distinct predecessors (data inputs in order, then control ones) and
-        its distinct successors ascending, as lists; what ``dict.fromkeys`` over the lists gives, from the arrays."""
+    def neighbour_arrays(self):
+        """(pred_ptr, pred_idx, succ_ptr, succ_idx), int64 CSR arrays computed once: per task its distinct
+        predecessors (data inputs in order, then control ones) and its distinct successors ascending; what
+        ``dict.fromkeys`` over the lists gives. The rules' DAG and the list schedules both read them."""
+        found = self.__dict__.get("_neighbours")
+        if found is not None:
+            return found
         data_ptr, data_src, _, control_ptr, control_src = self.csr()
         n = len(self.key)
         dst = np.concatenate(
             [np.repeat(np.arange(n), np.diff(data_ptr)), np.repeat(np.arange(n), np.diff(control_ptr))]
         )
-        src = np.concatenate([data_src, control_src])
+        src = np.concatenate([data_src, control_src]).astype(np.int64, copy=False)
         kind = np.concatenate([np.zeros(len(data_src), np.int64), np.ones(len(control_src), np.int64)])
         rank = np.empty(len(src), np.int64)
         rank[np.lexsort((np.arange(len(src)), kind, dst))] = np.arange(len(src))  # a task's listing order
@@ -61,10 +65,17 @@ class Tasks:
         first[1:] = (dst[by_pair][1:] != dst[by_pair][:-1]) | (src[by_pair][1:] != src[by_pair][:-1])
         kept = by_pair[first]
         kept = kept[np.lexsort((rank[kept], dst[kept]))]
-        preds = _lists(src[kept], np.bincount(dst[kept], minlength=n))
         by_source = kept[np.lexsort((dst[kept], src[kept]))]
-        succs = _lists(dst[by_source], np.bincount(src[kept], minlength=n))
-        return preds, succs
+        pred_ptr, succ_ptr = np.zeros(n + 1, np.int64), np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(dst[kept], minlength=n), out=pred_ptr[1:])
+        np.cumsum(np.bincount(src[kept], minlength=n), out=succ_ptr[1:])
+        found = self._neighbours = (pred_ptr, src[kept], succ_ptr, dst[by_source].astype(np.int64, copy=False))
+        return found
+
+    def neighbour_lists(self):
+        """(preds, succs): ``neighbour_arrays`` as per-task lists."""
+        pred_ptr, pred_idx, succ_ptr, succ_idx = self.neighbour_arrays()
+        return _lists(pred_idx, np.diff(pred_ptr)), _lists(succ_idx, np.diff(succ_ptr))
 
     def op_codes(self):
         """(op names, per-task int64 code into them), computed once: per-op-type tables index it."""
