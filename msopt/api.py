@@ -166,7 +166,7 @@ def partition(
         "output": written and out,
         "elapsed_s": verified.pop("elapsed_s", round(time.perf_counter() - started, 3)),
     }
-    sim_view, sim_plan, sim_cost = _as_written(view, result, cost_model, options, out, tags, written)
+    sim_view, sim_plan, sim_cost = _as_written(view, result, cost_model, loaded, written)
     document["simulated"] = simulated_figures(sim_view, sim_plan, streams, sim_cost, run_simulation)
     document.update(verified)
     if report:
@@ -265,23 +265,18 @@ def simulate(
     return document
 
 
-def _as_written(view, result, cost_model, options, out, tags, written):
-    """The view, plan and cost model to simulate: the written model's when constants were copied into
-    streams (each stream then handles its own copy, which the host model times), else the plan's own."""
+def _as_written(view, result, cost_model, loaded, written):
+    """The view, plan and cost model to simulate: the written model's run when constants were copied into
+    streams (each stream then handles its own copy, which the host model times; msopt.written_run), else
+    the plan's own."""
     if not (written and result.const_copies):
         return view, result.partition, cost_model
-    from dataclasses import replace
+    from msopt.flat import signature_roots
+    from msopt.written_run import as_written
 
-    from msopt.load import open_model
-
-    try:
-        loaded_out, view_out = open_model(out, tags)
-        cost_out = build_cost_model(view_out, loaded_out, options.cost)
-        as_written = replace(options, policy="none", manual=ManualOptions())  # the stream ids it carries
-        planned = make_plan(view_out, as_written, loaded_out, cost_out)
-    except InputError:  # a model the loader reads only leniently: the plan's own figures
-        return view, result.partition, cost_model
-    return view_out, planned.partition, cost_out
+    roots = signature_roots(view, loaded, cost_model.signature)[1]
+    run, partition = as_written(cost_model, result.partition, result.const_copies, roots)
+    return view, partition, run
 
 
 def simulated_figures(view, partition, streams, cost_model, run_simulation) -> dict[str, Any]:

@@ -357,6 +357,7 @@ def _topological(out, built, data, control):
     out.instance = list(map(built.instance.__getitem__, positions)) if len(built.instances) > 1 else [0] * n
     out.node = list(map(built.node.__getitem__, positions))
     out._op_codes = (built.op_codes[0], built.op_codes[1][order])
+    out.created = order  # per task, its place in the creation order (msopt.written_run derives a run from it)
     del out.inputs, out.control  # made from the arrays on first use
     # Drop edges that would point backwards (only left by a cycle) so that every edge goes forward.
     dst, src = new[data_dst], new[data_src]

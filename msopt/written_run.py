@@ -1,0 +1,150 @@
+"""The run of a plan as emit writes it: the cost model's tasks plus each copied constant's per-stream copies.
+
+With Const copies (msopt.constraints.const_copies), the written model has, for every copied Const
+and stream, a copy on that stream read by that stream's consumers instead of the original (msopt.emit).
+Each copy is one more op instance its stream's executor handles, which the host model times, so the
+partition report simulates the run as written. ``as_written`` derives that run from the plan's own cost
+model in memory, the way emit rewires the graph, instead of loading, flattening and costing the written
+model again: a copy gets its original's figures and id right after it (ids stay topological), and a
+flattened data edge from a copied Const moves to the copy when the view node reading the Const (the
+consumer itself, or the call it runs in) is assigned that copy's stream.
+"""
+
+import copy
+from types import SimpleNamespace
+
+import numpy as np
+
+from msopt.emit import copy_name
+from msopt.flat import _topological
+from msopt.tasks import Tasks, op_codes
+
+
+def as_written(cost_model, partition, copies, roots=None):
+    """(cost model, partition) of the model written with ``copies`` ({Const key: [streams]}); the plan's own
+    when nothing is copied. The partition gains each copy's stream. ``roots`` (main-graph keys the run goes back
+    from, msopt.flat.signature_roots; None: the whole main graph runs) prunes the main graph as flat_run does:
+    a copy nobody in the run reads is not run, nor is an original Const left without readers."""
+    t = cost_model.tasks
+    keys = t.key
+    copied = [i for i, key in enumerate(keys) if key in copies]
+    if not copied:
+        return cost_model, partition
+    n = len(keys)
+    # Slots: every task, each copied one followed by its copies (one per stream, ascending).
+    extra = np.zeros(n, np.int64)
+    extra[copied] = [len(copies[keys[i]]) for i in copied]
+    base = np.arange(n, dtype=np.int64) + np.cumsum(extra) - extra
+    total = n + int(extra.sum())
+    of_slot = np.repeat(np.arange(n, dtype=np.int64), extra + 1)  # the task a slot is or copies
+    copy_rank = _within(extra + 1)  # 0: the task itself, r + 1: its copy for stream copies[key][r]
+    data_ptr, data_src, data_port, control_ptr, control_src = t.csr()
+    data_dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(data_ptr))
+    control_dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(control_ptr))
+    src = base[data_src]
+    for e in np.flatnonzero(extra[data_src] > 0).tolist():  # edges leaving a copied Const
+        i = int(data_src[e])
+        reader = _view_reader(t, i, int(data_dst[e]))
+        streams = copies[keys[i]]
+        if reader is not None and partition.get(reader) in streams:
+            src[e] = base[i] + 1 + streams.index(partition[reader])
+    keep = np.ones(total, bool)
+    if roots is not None:  # the main graph runs back from the roots: unread copies and originals do not run
+        root_set = set(roots)
+        for i in copied:
+            if t.instance[i] == 0:
+                keep[base[i] + (keys[i] in root_set) : base[i] + extra[i] + 1] = False
+        keep[src] = True
+        keep[base[control_src]] = True
+    made = _creation_order(t, base, of_slot, copy_rank, keep)
+    created = np.empty(total, np.int64)
+    created[made] = np.arange(len(made), dtype=np.int64)
+
+    key_of = {}
+    for i in copied:
+        for r, stream in enumerate(copies[keys[i]]):
+            key_of[int(base[i]) + 1 + r] = copy_name(keys[i], stream)
+    slots = made.tolist()
+    tasks_made = of_slot[made]
+    built = SimpleNamespace(
+        key=[key_of.get(s) or keys[i] for s, i in zip(slots, tasks_made.tolist())],
+        op=_spread(t.op, tasks_made),
+        instance=_spread(t.instance, tasks_made),
+        node=_spread(t.node, tasks_made) if "node" in t.__dict__ else [None] * len(made),
+        op_codes=op_codes(_spread(t.op, tasks_made)),
+        instances=t.instances,
+    )
+    written = Tasks()
+    written.instances = t.instances
+    data = (created[base[data_dst]], created[src], data_port)
+    _topological(written, built, data, (created[base[control_dst]], created[base[control_src]]))
+    original = tasks_made[written.created]  # per task of the written run, the task whose figures it takes
+
+    model = copy.copy(cost_model)
+    model.tasks = written
+    for name in ("duration", "share", "kernel", "neutral", "flops", "shapes"):
+        setattr(model, name, _spread(getattr(cost_model, name), original))
+    out_ptr, out_bytes = cost_model.output_arrays()
+    widths = np.diff(out_ptr)[original]
+    starts = np.repeat(out_ptr[:-1][original], widths) + _within(widths)
+    count = len(original)
+    model.__dict__.pop("_out_bytes", None)
+    model._outputs = (_pointers(widths, np.arange(count), count), out_bytes[starts] if len(starts) else out_bytes[:0])
+    model._single = model._bound = model._succ = model._succ_arrays = model._preds = None
+    model._arrays, model._corner_models = {}, None
+    placed = dict(partition)
+    for slot, name in key_of.items():
+        placed[name] = copies[keys[int(of_slot[slot])]][int(copy_rank[slot]) - 1]
+    return model, placed
+
+
+def _creation_order(tasks, base, of_slot, copy_rank, keep):
+    """The kept slots in the order flat_run creates the written model's tasks: emit appends a body's copies
+    to its end, so they come after every task of their call instance and of the instances it opens (all
+    created together, depth first), in the order of their originals."""
+    created = np.asarray(getattr(tasks, "created", np.arange(len(tasks.key))), np.int64)
+    instance = np.asarray(tasks.instance, np.int64)
+    last = np.full(len(tasks.instances), -1, np.int64)
+    np.maximum.at(last, instance, created)
+    for k in range(len(tasks.instances) - 1, 0, -1):  # a child instance is numbered after its parent
+        parent = tasks.instances[k][1]
+        last[parent] = max(last[parent], last[k])
+    own = created[of_slot]
+    is_copy = copy_rank > 0
+    anchor = np.where(is_copy, last[instance[of_slot]], own)
+    kept = np.flatnonzero(keep)
+    return kept[np.lexsort((copy_rank[kept], np.where(is_copy, own, -1)[kept], anchor[kept]))]
+
+
+def _view_reader(tasks, i, j):
+    """The view node that reads task ``i``'s node for the flattened edge i -> j: j's own node in ``i``'s call
+    instance, else the call in that instance that j runs under; None if j is not under it (a returned value)."""
+    home, k = tasks.instance[i], tasks.instance[j]
+    if k == home:
+        return tasks.key[j]
+    while k:
+        call, parent = tasks.instances[k]
+        if parent == home:
+            return call
+        k = parent
+    return None
+
+
+def _spread(values, original):
+    """``values`` (a per-task list) for the new tasks: a copy takes its original's value."""
+    return list(map(values.__getitem__, original.tolist()))
+
+
+def _pointers(counts, ids, total):
+    """CSR pointers over ``total`` tasks where task ``ids[i]`` has ``counts[i]`` entries (the others none)."""
+    per_task = np.zeros(total, np.int64)
+    per_task[ids] = counts
+    ptr = np.zeros(total + 1, np.int64)
+    np.cumsum(per_task, out=ptr[1:])
+    return ptr
+
+
+def _within(widths):
+    """0, 1, ..., w - 1 for each width ``w``, concatenated."""
+    ends = np.cumsum(widths)
+    return np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64) - np.repeat(ends - widths, widths)

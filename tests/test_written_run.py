@@ -1,0 +1,67 @@
+"""The written model's run derived in memory (msopt.written_run) against loading, flattening and costing the
+written model again: the same tasks in the same order, the same edges and streams, the same simulated figures."""
+
+from dataclasses import replace
+
+import pytest
+from conftest import SAMPLES
+
+from msopt import emit
+from msopt.flat import signature_roots
+from msopt.load import open_model
+from msopt.plan import ManualOptions, PlanOptions, build_cost_model, make_plan
+from msopt.simulate import simulate, streams_of
+from msopt.uncertainty import ranges
+from msopt.written_run import as_written
+
+
+def _figures(view, partition, streams, cost_model):
+    result = simulate(view, partition, streams, cost_model)
+    return {**result.report(), **ranges(view, partition, streams, cost_model, result)}
+
+
+@pytest.mark.parametrize(
+    "name, streams, policy",
+    [
+        ("deepfm_tf1", 4, "chains"),
+        ("deepfm_tf1", 2, None),
+        ("deepfm_tf2", 4, "chains"),
+        ("deepfm_tf2", 4, "towers"),
+        ("stage_tf1", 4, "chains"),
+        ("stage_tf2", 4, "chains"),
+        ("towers_tf1", 4, "chains"),
+    ],
+)
+def test_the_run_as_written_is_the_written_model_s_run(tmp_path, name, streams, policy):
+    loaded, view = open_model(str(SAMPLES / name))
+    options = PlanOptions(streams=streams, policy=policy)
+    cost_model = build_cost_model(view, loaded, options.cost)
+    plan = make_plan(view, options, loaded, cost_model)
+    assert plan.const_copies, "the case must copy constants"
+    emit.write(loaded, plan.partition, tmp_path / "m", const_copies=plan.const_copies)
+    loaded_out, view_out = open_model(str(tmp_path / "m"))
+    cost_out = build_cost_model(view_out, loaded_out, options.cost)
+    as_read = replace(options, policy="none", manual=ManualOptions())
+    partition_out = make_plan(view_out, as_read, loaded_out, cost_out).partition
+
+    roots = signature_roots(view, loaded, cost_model.signature)[1]
+    run, partition = as_written(cost_model, plan.partition, plan.const_copies, roots)
+
+    assert run.tasks.key == cost_out.tasks.key  # the same op instances in the same order
+    assert run.tasks.instance == cost_out.tasks.instance
+    assert run.tasks.inputs == cost_out.tasks.inputs and run.tasks.control == cost_out.tasks.control
+    assert streams_of(run, partition) == streams_of(cost_out, partition_out)
+    assert (run.duration, run.kernel, run.neutral, run.out_bytes) == (
+        cost_out.duration,
+        cost_out.kernel,
+        cost_out.neutral,
+        cost_out.out_bytes,
+    )
+    assert _figures(view, partition, streams, run) == _figures(view_out, partition_out, streams, cost_out)
+
+
+def test_no_copies_is_the_plan_s_own_run():
+    loaded, view = open_model(str(SAMPLES / "deepfm_tf2"))
+    cost_model = build_cost_model(view, loaded, PlanOptions().cost)
+    partition = {key: 1 for key in cost_model.tasks.key}
+    assert as_written(cost_model, partition, {}) == (cost_model, partition)
