@@ -45,6 +45,7 @@ The model of the machine (constants and sources in msopt.host_model and docs/ref
     sharing, tracked with a virtual clock, so each event costs O(log n)).
 """
 
+from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -169,19 +170,25 @@ class Result:
 def streams_of(cost_model, partition):
     """Each task's stream: its own entry, else its caller's (recursively), else 0."""
     t = cost_model.tasks
+    if len(t.instances) == 1:
+        return list(map(partition.get, t.key, repeat(0, len(t.key))))
     inst_stream = [0] * len(t.instances)
     for k, (call_key, parent) in enumerate(t.instances):
         if k == 0:
             continue
         inst_stream[k] = partition.get(call_key, inst_stream[parent])  # parents precede children
-    get = partition.get
-    return [get(key, inst_stream[inst]) for key, inst in zip(t.key, t.instance)]
+    return list(map(partition.get, t.key, map(inst_stream.__getitem__, t.instance)))
 
 
-def simulate(view, partition, streams, cost_model):
-    """Simulate one run of ``cost_model``'s tasks with ``partition`` over ``streams`` streams -> Result."""
+def simulate(view, partition, streams, cost_model, others=()):
+    """Simulate one run of ``cost_model``'s tasks with ``partition`` over ``streams`` streams -> Result.
+    ``others`` (cost models of the same tasks under other host constants) are run with the same streams
+    too: then a list of Results (no waits recorded), ``cost_model``'s first."""
     stream_of = streams_of(cost_model, partition)
-    return _run(cost_model, streams, stream_of, True, check_streams(cost_model.tasks.key, stream_of, streams))
+    array = check_streams(cost_model.tasks.key, stream_of, streams)
+    if not others:
+        return _run(cost_model, streams, stream_of, True, array)
+    return [_run(cm, streams, stream_of, False, array) for cm in (cost_model, *others)]
 
 
 def check_streams(keys, stream_of, streams):

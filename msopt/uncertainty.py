@@ -26,10 +26,9 @@ def corner_models(cost_model):
 
 def corner_figures(view, partition, streams, cost_model):
     """[(makespan_us, single_stream_us)] of ``partition`` at every corner of the box."""
-    rows = []
-    for cm in corner_models(cost_model):
-        rows.append((simulate(view, partition, streams, cm).makespan_us, cm.single_stream_us()))
-    return rows
+    models = corner_models(cost_model)
+    results = simulate(view, partition, streams, models[0], models[1:]) if models else []
+    return [(result.makespan_us, cm.single_stream_us()) for result, cm in zip(results, models)]
 
 
 def speedups(rows):
