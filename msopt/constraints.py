@@ -23,9 +23,11 @@ call is one node and its body functions are partitioned like any other function.
 
 import weakref
 from collections import Counter, defaultdict
+from itertools import chain
 
 from msopt.fusion import fusion_groups
 from msopt.graph import node_key
+from msopt.link_groups import link_groups
 from msopt.op_tables import CALL_OPS
 from msopt.xla_clusters import xla_cluster_links
 
@@ -88,43 +90,76 @@ CASE_OPS = frozenset({"Case", "StatelessCase"})
 LOOP_ENTRY, LOOP_EXIT = frozenset({"Enter", "RefEnter"}), frozenset({"Exit", "RefExit"})
 
 
-def apply(view, partition, streams, options=None):
-    """Enforce every constraint on ``partition``; returns (new partition, merge records)."""
+def apply(view, partition, streams, options=None, scope=None):
+    """Enforce every constraint on ``partition``; returns (new partition, merge records). ``scope`` (a frozenset of
+    keys, the partition's among them) names every node a plan of this view may assign: the auto search passes the
+    run's, so the linked groups are worked out once for all its candidates and only where they can reach."""
     partition = dict(partition)
     fallback = getattr(options, "fallback", None) or set()
-    host, groups = view_constraints(view)
-    merges = _drop(partition, host)
+    if scope is None or not scope.issuperset(partition):
+        scope = frozenset(partition) if scope is None else scope | frozenset(partition)
+    is_host, groups = view_constraints(view, scope)
+    merges = _drop(partition, is_host)
     merges += share_streams(view, partition, groups, fallback)
     return partition, merges
 
 
-_BY_VIEW = weakref.WeakKeyDictionary()  # view -> (host-only keys, linked groups): they depend on the view alone
+_BY_VIEW = weakref.WeakKeyDictionary()  # view -> what its constraints need, worked out on demand (the view alone)
 
 
-def view_constraints(view):
-    """(host-only keys, [(linked keys, kinds)]) of ``view``, computed once per view: the auto search
-    applies the constraints to every candidate plan of the same view. A group lists only nodes with a
-    NodeDef (function arguments link nodes but are never assigned)."""
-    cached = _BY_VIEW.get(view)
-    if cached is not None and cached[0] == len(view.nodes):
-        return cached[1], cached[2]
-    host = host_only(view)
-    links = _UnionFind()
-    linkers = (
-        ("colocation", colocation_links),
-        ("resource", resource_links),
-        ("frame", frame_links),
-        ("fusion", fusion_links),
-        ("xla", xla_cluster_links),
-    )
-    for kind, linker in linkers:
-        for a, b in linker(view):
-            if a not in host and b not in host:
-                links.union(a, b, kind)
+def view_constraints(view, scope=None):
+    """(host-only test of a key, [(linked keys, kinds)]): every linked group of ``view`` with a node in ``scope``
+    (None: every group), as the links of the whole view make it, in the order its first node was linked. A group
+    lists only nodes with a NodeDef (function arguments link nodes but are never assigned). Fusion groups never
+    leave a function body, so only the bodies a group reaching ``scope`` enters are matched (msopt.fusion)."""
+    cache = _BY_VIEW.get(view)
+    if cache is None or cache["size"] != len(view.nodes):
+        cache = _BY_VIEW[view] = {"size": len(view.nodes), "host": {}, "links": None, "fusion": {}, "groups": {}}
+    if scope in cache["groups"]:
+        return cache["groups"][scope]
+    memo = cache["host"]
+
+    def is_host(key):  # host-only nodes link to nothing: they keep their device
+        if key not in memo:
+            memo[key] = not view.nodes[key].virtual and is_host_only(view.nodes[key])
+        return memo[key]
+
+    if cache["links"] is None:
+        linkers = (("colocation", colocation_links), ("resource", resource_links), ("frame", frame_links))
+        before = [
+            (a, b, kind) for kind, linker in linkers for a, b in linker(view) if not is_host(a) and not is_host(b)
+        ]
+        after = [(a, b, "xla") for a, b in xla_cluster_links(view) if not is_host(a) and not is_host(b)]
+        cache["links"] = (before, after, list(dict.fromkeys(n.function for n in view.nodes.values())))
+    before, after, functions = cache["links"]
+    active = set(functions) if scope is None else {view.nodes[k].function for k in scope}
+    while True:
+        fusion = _fusion_links(view, cache["fusion"], [f for f in functions if f in active], is_host)
+        found = link_groups(list(chain(before, fusion, after)))
+        if scope is not None:
+            found = [group for group in found if not scope.isdisjoint(group[0])]
+            grown = {view.nodes[k].function for keys, _ in found for k in keys}
+            if not grown <= active:
+                active |= grown
+                continue
+        break
     nodes = view.nodes
-    groups = [(real, kinds) for keys, kinds in links.groups() if (real := [k for k in keys if not nodes[k].virtual])]
-    _BY_VIEW[view] = (len(view.nodes), host, groups)
-    return host, groups
+    groups = [(real, kinds) for keys, kinds in found if (real := [k for k in keys if not nodes[k].virtual])]
+    cache["groups"] = {scope: (is_host, groups)}  # the last scope only: the auto search asks for one
+    return is_host, groups
+
+
+def _fusion_links(view, done, functions, is_host):
+    """The fusion links of ``functions`` (in order), each body matched once per view (``done``: function -> links)."""
+    todo = [f for f in functions if f not in done]
+    if todo:
+        wanted = set(todo)
+        found = {f: [] for f in todo}
+        for a, b in fusion_links(view, [n for n in view.real_nodes() if n.function in wanted]):
+            if not is_host(a) and not is_host(b):
+                found[view.nodes[a].function].append((a, b, "fusion"))
+        done.update(found)
+    return list(chain.from_iterable(done[f] for f in functions))
 
 
 # -- host-only ops ------------------------------------------------------------------------------
@@ -144,8 +179,8 @@ def is_host_only(node):
     return False
 
 
-def _drop(partition, host):
-    removed = sorted(key for key in host if key in partition)
+def _drop(partition, is_host):
+    removed = sorted(key for key in partition if is_host(key))
     for key in removed:
         del partition[key]
     if not removed:
@@ -269,9 +304,10 @@ def frame_links(view):
                     stack.append((consumer, inner))
 
 
-def fusion_links(view):
-    """Each group TensorFlow fuses into one kernel or regroups on one device (msopt.fusion), linked."""
-    for _, members in fusion_groups(view):
+def fusion_links(view, nodes=None):
+    """Each group TensorFlow fuses into one kernel or regroups on one device (msopt.fusion), linked; only the
+    groups rooted at ``nodes`` (whole function bodies) if given."""
+    for _, members in fusion_groups(view, nodes):
         for other in members[1:]:
             yield members[0], other
 
@@ -346,34 +382,6 @@ def _reason(kinds):
         "xla": "an XLA cluster (compiled into one executable)",
     }
     return "; ".join(text[k] for k in sorted(kinds))
-
-
-class _UnionFind:
-    def __init__(self):
-        self.parent = {}
-        self.kinds = defaultdict(set)
-
-    def find(self, key):
-        self.parent.setdefault(key, key)
-        root = key
-        while self.parent[root] != root:
-            root = self.parent[root]
-        while self.parent[key] != root:
-            self.parent[key], key = root, self.parent[key]
-        return root
-
-    def union(self, a, b, kind):
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[rb] = ra
-            self.kinds[ra] |= self.kinds.pop(rb, set())
-        self.kinds[ra].add(kind)
-
-    def groups(self):
-        members = defaultdict(list)
-        for key in self.parent:
-            members[self.find(key)].append(key)
-        return [(keys, self.kinds[root]) for root, keys in members.items()]
 
 
 # -- Const copies per consuming stream (DeepRec's constant duplication) -------------------------

@@ -183,12 +183,14 @@ GROUPS = (
 # fmt: on
 
 
-def fusion_groups(view):
-    """(pattern name, [node keys]) for every pattern and regrouping that matches in the view."""
-    consumers = _data_consumers(view)
-    present = frozenset(node.op for node in view.real_nodes())
+def fusion_groups(view, nodes=None):
+    """(pattern name, [node keys]) for every pattern and regrouping that matches in the view, or rooted at
+    ``nodes`` (real nodes, whole function bodies: a group never leaves its body) if given."""
+    nodes = list(view.real_nodes()) if nodes is None else nodes
+    consumers = _data_consumers(nodes)
+    present = frozenset(node.op for node in nodes)
     rooted = {op: _patterns_rooted_at(op, present) for op in present}
-    for node in view.real_nodes():
+    for node in nodes:
         for name, trees in rooted[node.op]:
             for tree in trees:
                 matched = _match(view, node.key, tree)
@@ -255,9 +257,9 @@ def _match(view, key, pattern):
     return None
 
 
-def _data_consumers(view):
+def _data_consumers(nodes):
     consumers = {}
-    for node in view.real_nodes():
+    for node in nodes:
         for src, _ in node.inputs:
             consumers.setdefault(src, []).append(node.key)
     return consumers

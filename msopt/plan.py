@@ -159,7 +159,8 @@ def make_plan(view, options: PlanOptions, model=None, cost_model=None) -> PlanRe
     check_range(
         raw.partition, options.streams, {key: f"policy {name}" for key in raw.partition} if name != "none" else None
     )
-    partition, merges = apply(view, raw.partition, options.streams, raw)
+    scope = frozenset(cost_model.tasks.key) if name == AUTO else None  # auto's candidates had the run's
+    partition, merges = apply(view, raw.partition, options.streams, raw, scope)
     copies = const_copies(view, partition) if options.const_dup else {}
     return PlanResult(name, options.streams, partition, merges, list(raw.notes), dict(raw.report), copies, cost_model)
 

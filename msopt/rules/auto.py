@@ -72,13 +72,14 @@ def _search(view, options, cost):
             plan = run_rule(name, view, options, cost)
             if plan:
                 candidates.append((name, plan))
+    scope = frozenset(cost.tasks.key)  # what any candidate assigns: the constraints' groups reaching the run
     single = cost.single_stream_us()  # simulated once per cost model, shared with the report
     scored = [(round(single, 6), 1, 0, 0, "one stream", {})]
     placed_plans = [{}]
     for label, plan in candidates:
         plan = compact(plan)
         # Judge each plan as it will run: after the constraints (skipped on very large graphs, for time).
-        placed = plan if large else apply(view, plan, streams)[0]
+        placed = plan if large else apply(view, plan, streams, scope=scope)[0]
         result = simulate(view, placed, streams, cost)
         used = len(set(result.stream_of)) or 1
         scored.append((round(result.makespan_us, 6), used, result.syncs, len(scored), label, plan))
