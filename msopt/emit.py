@@ -65,21 +65,20 @@ def copy_name(name, stream):
 def _copy_consts(graph, partition, copies, placement, device_type):
     bodies = [(MAIN, graph.node)] + [(f.signature.name, f.node_def) for f in graph.library.function]
     for function, node_defs in bodies:
-        wanted = {
-            nd.name: copies[node_key(function, nd.name)] for nd in node_defs if node_key(function, nd.name) in copies
-        }
-        if not wanted:
+        prefix = f"{function}:" if function else ""
+        originals = {nd.name: nd for nd in node_defs if prefix + nd.name in copies}
+        if not originals:
             continue
-        originals = {
-            nd.name: protos.NodeDef.FromString(nd.SerializeToString()) for nd in node_defs if nd.name in wanted
-        }
+        wanted = {name: copies[prefix + name] for name in originals}
         for consumer in node_defs:
-            stream = partition.get(node_key(function, consumer.name))
+            stream = partition.get(prefix + consumer.name)
+            if stream is None:
+                continue
             for i, ref in enumerate(consumer.input):
                 source = ref.split(":")[0]
                 if stream in wanted.get(source, ()):
                     consumer.input[i] = copy_name(source, stream) + ref[len(source) :]
-        for name, streams in wanted.items():
+        for name, streams in wanted.items():  # a Const reads nothing: the original is unchanged above
             for stream in streams:
                 node = node_defs.add()
                 node.CopyFrom(originals[name])
