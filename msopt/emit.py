@@ -46,7 +46,8 @@ def rewrite_meta_graph(meta_graph, partition, placement="attr", device_type="gpu
     ``const_copies`` ({Const key: [streams]}, from constraints.const_copies) adds one copy of
     each listed Const per stream, consumed by that stream's nodes instead of the original.
     """
-    out = protos.MetaGraphDef.FromString(meta_graph.SerializeToString())
+    out = protos.MetaGraphDef()
+    out.CopyFrom(meta_graph)
     graph = out.graph_def
     _assign(graph.node, MAIN, partition, placement, device_type)
     for fdef in graph.library.function:
@@ -135,9 +136,9 @@ def write(model, partition, out, placement="attr", device_type="gpu", force=Fals
     meta = rewrite_meta_graph(model.meta_graph, partition, placement, device_type, const_copies)
     with outputs.staged(out) as built:
         if model.format == "saved_model":
-            saved = protos.SavedModel()
-            saved.CopyFrom(model.saved_model)
-            saved.meta_graphs[model.index].CopyFrom(meta)
+            saved = protos.SavedModel(saved_model_schema_version=model.saved_model.saved_model_schema_version)
+            for index, meta_graph in enumerate(model.saved_model.meta_graphs):  # the rewritten one not copied twice
+                saved.meta_graphs.add().CopyFrom(meta if index == model.index else meta_graph)
             built.mkdir()
             _write_saved_model(model, saved, built)
         else:
