@@ -23,6 +23,7 @@ Paths through ops read in place by every stream (constants, inputs, variable han
 model's ``neutral`` ops) are not followed: such an op does not order its consumers after anything.
 """
 
+from functools import cache
 from weakref import WeakKeyDictionary
 
 import numpy as np
@@ -45,26 +46,24 @@ def _compute(cm, streams):
     n = len(cm)
     if n == 0:
         return {"serial_us": 0.0, "cut_us": 0.0, "cut_key": None}
-    t = cm.tasks
-    kernel, neutral = cm.kernel, cm.neutral
-    d = [cm.duration[i] if kernel[i] else 0.0 for i in range(n)]
-    succ = cm.successors()
-    inputs, control = t.inputs, t.control
+    a = arrays(cm)
+    kernel, neutral = a.kernel, a.neutral
+    duration = np.where(kernel, a.duration, 0.0)
+    d = duration.tolist()
+    pred_ptr, pred_idx = a.pred_ptr.tolist(), a.pred_idx.tolist()
 
     # Longest path ending at i (head, with i) and starting at i (tail, with i); task ids are topological.
     head = longest_from_source(cm, d)
-    a = arrays(cm)
-    tail = longest_array(np.arange(n), a.succ_ptr, a.succ_idx, d).tolist()
+    tail = longest_array(np.arange(n), a.succ_ptr, a.succ_idx, duration).tolist()
 
     # One critical path, source to sink, cut at ops read in place (they order nothing after them): from the
     # op ending last, back through the first predecessor (data inputs, then control) that ends last.
-    end = max(range(n), key=head.__getitem__)
     chain = []
-    i = end
+    i = max(range(n), key=head.__getitem__)
     while i >= 0 and not neutral[i]:
         chain.append(i)
         ready, i = 0.0, -1
-        for j in [j for j, _ in inputs[chain[-1]]] + control[chain[-1]]:
+        for j in pred_idx[pred_ptr[chain[-1]] : pred_ptr[chain[-1] + 1]]:
             if head[j] > ready:
                 ready, i = head[j], j
     chain.reverse()
@@ -72,44 +71,11 @@ def _compute(cm, streams):
         return {"serial_us": sum(d) / streams, "cut_us": 0.0, "cut_key": None}
 
     # Ancestor sums along the chain (each chain op's ancestors include the previous one's), then descendants.
-    w = [d[i] * cm.share[i] for i in range(n)]
-    anc, anc_w = [0.0] * len(chain), [0.0] * len(chain)
-    seen = bytearray(n)
-    total = work = 0.0
-    for k, c in enumerate(chain):
-        stack = [c]
-        seen[c] = 1
-        while stack:
-            x = stack.pop()
-            for p in [j for j, _ in inputs[x]] + control[x]:
-                if not seen[p] and not neutral[p]:
-                    seen[p] = 1
-                    total += d[p]
-                    work += w[p]
-                    stack.append(p)
-        anc[k], anc_w[k] = total, work  # the previous chain ops are among c's ancestors: added below
-        total += d[c]
-        work += w[c]
-    desc, desc_w = [0.0] * len(chain), [0.0] * len(chain)
-    seen = bytearray(n)
-    total = work = 0.0
-    for k in range(len(chain) - 1, -1, -1):
-        c = chain[k]
-        seen[c] = 1
-        stack = [c]
-        while stack:
-            x = stack.pop()
-            if neutral[x]:
-                continue
-            for j, _ in succ[x]:
-                if not seen[j]:
-                    seen[j] = 1
-                    total += d[j]
-                    work += w[j]
-                    stack.append(j)
-        desc[k], desc_w[k] = total, work
-        total += d[c]
-        work += w[c]
+    ancestors, descendants, reached = _compiled()
+    weight = duration * a.share
+    chain_array = np.asarray(chain, np.int64)
+    anc, anc_w = (x.tolist() for x in ancestors(chain_array, a.pred_ptr, a.pred_idx, duration, weight, neutral))
+    desc, desc_w = (x.tolist() for x in descendants(chain_array, a.succ_ptr, a.succ_idx, duration, weight, neutral))
 
     cut, cut_at, values = 0.0, None, []
     for k, c in enumerate(chain):
@@ -124,36 +90,118 @@ def _compute(cm, streams):
     picks = sorted(range(len(chain)), key=lambda k: -(values[k][0] + d[chain[k]] + values[k][1]))[:budget]
     for k in picks:
         c = chain[k]
-        after = max(values[k][1], _launch_split(cm, c, d, succ, neutral))
+        times = reached(c, a.succ_ptr, a.succ_idx, duration, kernel, neutral).tolist()
+        after = max(values[k][1], _launch_split(cm, times))
         if values[k][0] + d[c] + after > cut:
             cut, cut_at = values[k][0] + d[c] + after, c
-    return {"serial_us": sum(d) / streams, "cut_us": cut, "cut_key": t.key[cut_at] if cut_at is not None else None}
+    return {
+        "serial_us": sum(d) / streams,
+        "cut_us": cut,
+        "cut_key": cm.tasks.key[cut_at] if cut_at is not None else None,
+    }
 
 
 LAUNCH_CUTS = 16  # chain ops at which the launch split is evaluated
 LAUNCH_CUT_BUDGET = 100_000  # ops visited in all (about 0.1 s): none on graphs larger than that
 
 
-def _launch_split(cm, c, d, succ, neutral):
+# -- the passes over the graph, compiled (msopt.jit): a depth-first walk each, sums in visit order ------------
+def _ancestor_sums(chain, pred_ptr, pred_idx, d, w, neutral):
+    """Per chain op, the time and work of its ancestors (not through ops read in place), grown along the chain."""
+    seen = np.zeros(len(d), np.bool_)
+    stack = np.empty(len(d) + 1, np.int64)
+    anc, anc_w = np.zeros(len(chain)), np.zeros(len(chain))
+    total = work = 0.0
+    for k in range(len(chain)):
+        c = chain[k]
+        seen[c] = True
+        stack[0], top = c, 1
+        while top:
+            top -= 1
+            x = stack[top]
+            for e in range(pred_ptr[x], pred_ptr[x + 1]):
+                p = pred_idx[e]
+                if not seen[p] and not neutral[p]:
+                    seen[p] = True
+                    total += d[p]
+                    work += w[p]
+                    stack[top] = p
+                    top += 1
+        anc[k], anc_w[k] = total, work  # the previous chain ops are among c's ancestors: added below
+        total += d[c]
+        work += w[c]
+    return anc, anc_w
+
+
+def _descendant_sums(chain, succ_ptr, succ_idx, d, w, neutral):
+    """Per chain op, the time and work of its descendants (ops read in place counted, not followed)."""
+    seen = np.zeros(len(d), np.bool_)
+    stack = np.empty(len(d) + 1, np.int64)
+    desc, desc_w = np.zeros(len(chain)), np.zeros(len(chain))
+    total = work = 0.0
+    for k in range(len(chain) - 1, -1, -1):
+        c = chain[k]
+        seen[c] = True
+        stack[0], top = c, 1
+        while top:
+            top -= 1
+            x = stack[top]
+            if neutral[x]:
+                continue
+            for e in range(succ_ptr[x], succ_ptr[x + 1]):
+                j = succ_idx[e]
+                if not seen[j]:
+                    seen[j] = True
+                    total += d[j]
+                    work += w[j]
+                    stack[top] = j
+                    top += 1
+        desc[k], desc_w[k] = total, work
+        total += d[c]
+        work += w[c]
+    return desc, desc_w
+
+
+def _descendant_kernels(c, succ_ptr, succ_idx, d, kernel, neutral):
+    """The standalone times of the kernels after op ``c`` (not through ops read in place), in visit order."""
+    seen = np.zeros(len(d), np.bool_)
+    stack = np.empty(len(d) + 1, np.int64)
+    times = np.empty(len(d))
+    found = 0
+    seen[c] = True
+    stack[0], top = c, 1
+    while top:
+        top -= 1
+        x = stack[top]
+        if neutral[x]:
+            continue
+        for e in range(succ_ptr[x], succ_ptr[x + 1]):
+            j = succ_idx[e]
+            if not seen[j]:
+                seen[j] = True
+                if kernel[j]:
+                    times[found] = d[j]
+                    found += 1
+                stack[top] = j
+                top += 1
+    return times[:found]
+
+
+@cache
+def _compiled():
+    from msopt.jit import compiled
+
+    return compiled(_ancestor_sums), compiled(_descendant_sums), compiled(_descendant_kernels)
+
+
+def _launch_split(cm, times):
     """After op c ends: its descendant kernels on c's stream run one by one (A); every other one (B) is
     launched only once c's output crossed streams (sync), by the host's launch threads. The cheapest
-    split of the descendants puts the longest kernels in B: min over k of max(sum(A), sync + k launches)."""
+    split of the descendants (``times``, their kernels' standalone times) puts the longest kernels in B:
+    min over k of max(sum(A), sync + k launches)."""
     target = cm.target
     launch, sync = target.launch_us, target.sync_us
     threads = max(1, target.launch_threads)
-    seen = bytearray(len(d))
-    seen[c] = 1
-    stack, times = [c], []
-    while stack:
-        x = stack.pop()
-        if neutral[x]:
-            continue
-        for j, _ in succ[x]:
-            if not seen[j]:
-                seen[j] = 1
-                if cm.kernel[j]:
-                    times.append(d[j])
-                stack.append(j)
     if not times or launch <= 0:
         return 0.0
     times.sort(reverse=True)
