@@ -214,7 +214,7 @@ def resource_links(view):
     """A resource or reference producer with each consumer, through calls into function bodies."""
     carriers = resource_carriers(view)
     for node in view.nodes.values():
-        if node.virtual:
+        if node.virtual or carriers.isdisjoint(src for src, _ in node.inputs):
             continue
         callees = callee_arguments(view, node)
         for index, (src, _) in enumerate(node.inputs):

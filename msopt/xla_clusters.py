@@ -36,6 +36,8 @@ def xla_cluster_links(view):
 
 def _compile_run_links(view):
     for node in view.real_nodes():
+        if node.op not in COMPILE_OPS and node.op not in RUN_OPS:
+            continue
         if node.op in COMPILE_OPS:
             for out in node.outputs:
                 if view.nodes[out].op in RUN_OPS:
@@ -50,6 +52,8 @@ def _attribute_links(view):
     clusters = defaultdict(list)
     for node in view.real_nodes():
         attrs = node.proto.attr
+        if not attrs:
+            continue
         if "_xla_compile_id" in attrs:
             clusters[(node.function, "id", attrs["_xla_compile_id"].s)].append(node.key)
         elif _flag(attrs, "_XlaCompile"):
@@ -61,14 +65,17 @@ def _attribute_links(view):
 
 
 def _compiled_call_links(view):
+    compiled = [
+        (node, fn) for node in view.real_nodes() if node.calls for fn in node.calls if _must_compile(view, node, fn)
+    ]
+    if not compiled:
+        return
     bodies = defaultdict(list)
     for node in view.real_nodes():
         bodies[node.function].append(node.key)
-    for node in view.real_nodes():
-        compiled = [fn for fn in node.calls if _must_compile(view, node, fn)]
-        for fn in compiled:
-            for member in _body_nodes(view, bodies, fn):
-                yield node.key, member
+    for node, fn in compiled:
+        for member in _body_nodes(view, bodies, fn):
+            yield node.key, member
 
 
 def _must_compile(view, node, function):
