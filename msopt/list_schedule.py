@@ -14,7 +14,6 @@ every stream count.
 from __future__ import annotations
 
 import weakref
-from itertools import chain
 
 import numpy as np
 
@@ -81,7 +80,7 @@ class _Arrays:
         self.share = np.asarray(cost.share, dtype=np.float64)
         self.kernel = np.asarray(cost.kernel, dtype=np.bool_)
         self.neutral = np.asarray(cost.neutral, dtype=np.bool_)
-        self.out_bytes = _largest(cost.out_bytes)
+        self.out_bytes = _largest(*cost.output_arrays())
         self.plan_keys = list(dict.fromkeys(t.key))  # the plan keeps a node's first instance's stream
         if len(self.plan_keys) == n:  # one instance per node
             self.plan_tasks = np.arange(n, dtype=np.int64)
@@ -113,15 +112,13 @@ class _Arrays:
         return self._chains
 
 
-def _largest(lists):
-    """Per list, its largest value (0 if empty) as float64: the bytes of an op's largest output."""
-    counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
-    values = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=int(counts.sum()))
-    out = np.zeros(len(lists), dtype=np.int64)
+def _largest(ptr, values):
+    """Per task, its largest output's bytes (0 with no output) as float64; task i's outputs are values[ptr[i]:ptr[i + 1]]."""
+    counts = np.diff(ptr)
+    out = np.zeros(len(counts), dtype=np.int64)
     full = counts > 0
-    if values.size:
-        starts = (np.cumsum(counts) - counts)[full]
-        out[full] = np.maximum.reduceat(values, starts)
+    if full.any():
+        out[full] = np.maximum.reduceat(values[: int(ptr[-1])].astype(np.int64), ptr[:-1][full])
     return out.astype(np.float64)
 
 
