@@ -7,6 +7,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import reference_schedules as ref
 
@@ -57,6 +58,12 @@ class RandomCost:
         self.out_bytes = [[rng.choice((0, 4, 4096, 1 << 20)) for _ in range(rng.randint(0, 2))] for _ in range(n)]
         target = TARGETS[rng.choice(sorted(TARGETS))]
         self.target = replace(target, partition_overhead_us=rng.choice((0.0, 0.0, 3.0)))
+
+    def output_arrays(self):
+        """(ptr, bytes) of ``out_bytes``, as CostModel.output_arrays gives them."""
+        ptr = np.zeros(len(self.out_bytes) + 1, np.int64)
+        np.cumsum([len(b) for b in self.out_bytes], out=ptr[1:])
+        return ptr, np.array([x for b in self.out_bytes for x in b], np.int64)
 
 
 def random_succs(rng, n, cycles):
