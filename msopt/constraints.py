@@ -98,8 +98,8 @@ def apply(view, partition, streams, options=None, scope=None):
     fallback = getattr(options, "fallback", None) or set()
     if scope is None or not scope.issuperset(partition):
         scope = frozenset(partition) if scope is None else scope | frozenset(partition)
-    is_host, groups = view_constraints(view, scope)
-    merges = _drop(partition, is_host)
+    host, groups = view_constraints(view, scope)
+    merges = _drop(partition, host)
     merges += share_streams(view, partition, groups, fallback)
     return partition, merges
 
@@ -108,7 +108,7 @@ _BY_VIEW = weakref.WeakKeyDictionary()  # view -> what its constraints need, wor
 
 
 def view_constraints(view, scope=None):
-    """(host-only test of a key, [(linked keys, kinds)]): every linked group of ``view`` with a node in ``scope``
+    """(host-only keys, [(linked keys, kinds)]): those of ``view`` in ``scope``, and every linked group with a node in it
     (None: every group), as the links of the whole view make it, in the order its first node was linked. A group
     lists only nodes with a NodeDef (function arguments link nodes but are never assigned). Fusion groups never
     leave a function body, so only the bodies a group reaching ``scope`` enters are matched (msopt.fusion)."""
@@ -145,8 +145,9 @@ def view_constraints(view, scope=None):
         break
     nodes = view.nodes
     groups = [(real, kinds) for keys, kinds in found if (real := [k for k in keys if not nodes[k].virtual])]
-    cache["groups"] = {scope: (is_host, groups)}  # the last scope only: the auto search asks for one
-    return is_host, groups
+    host = {n.key for n in view.real_nodes() if is_host(n.key)} if scope is None else set(filter(is_host, scope))
+    cache["groups"] = {scope: (host, groups)}  # the last scope only: the auto search asks for one
+    return host, groups
 
 
 def _fusion_links(view, done, functions, is_host):
@@ -179,8 +180,8 @@ def is_host_only(node):
     return False
 
 
-def _drop(partition, is_host):
-    removed = sorted(key for key in partition if is_host(key))
+def _drop(partition, host):
+    removed = sorted(key for key in host if key in partition)
     for key in removed:
         del partition[key]
     if not removed:

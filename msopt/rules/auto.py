@@ -60,8 +60,9 @@ def _search(view, options, cost):
             candidates.append((f"list schedule on {k} streams", schedule(cost, k, by_rank=not large)))
             if not large:
                 candidates.append((f"chain list schedule on {k} streams", schedule(cost, k, chained=True)))
+        times = cost.node_times()  # the rules' weights, once per search
         for name in () if large else RULE_CANDIDATES:
-            plan = run_rule(name, view, options, cost)
+            plan = run_rule(name, view, options, times)
             if plan:
                 candidates.append((f"policy {name}", plan))
             if name in COST_WEIGHTED:
@@ -69,7 +70,7 @@ def _search(view, options, cost):
                 if plan:
                     candidates.append((f"policy {name} with unit costs", plan))
         for name in () if large else EXTRA_CANDIDATES:
-            plan = run_rule(name, view, options, cost)
+            plan = run_rule(name, view, options, times)
             if plan:
                 candidates.append((name, plan))
     scope = frozenset(cost.tasks.key)  # what any candidate assigns: the constraints' groups reaching the run
@@ -142,9 +143,9 @@ def choose_robust(view, streams, cost, scored, placed_plans):
     return row, note, robust
 
 
-def run_rule(name, view, options, cost):
-    """Another rule's raw plan (before the constraints): its ops weighted by ``cost``, or one unit each if None."""
-    node_costs = cost.node_times() if cost is not None else None
+def run_rule(name, view, options, node_costs):
+    """Another rule's raw plan (before the constraints): its ops weighted by ``node_costs`` ({key: time}), or one
+    unit each if None."""
     rule = RULE_CANDIDATES.get(name) or EXTRA_CANDIDATES[name]
     result = rule(view, replace(options, node_costs=node_costs))
     return result.partition if isinstance(result, RuleResult) else result
@@ -156,6 +157,8 @@ def compact(plan):
     Every candidate is compacted before it is judged, so the plan returned is the one simulated.
     """
     new = {s: i for i, s in enumerate(sorted(set(plan.values()) | {0}))}
+    if all(s == i for s, i in new.items()):  # no gap: the plan as it is
+        return plan
     return {key: new[s] for key, s in plan.items()}
 
 
