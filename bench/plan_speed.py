@@ -136,7 +136,10 @@ def breakdown(path, streams):
     """One in-process `msopt partition` of ``path``, its steps timed (seconds)."""
     from msopt import cost as cost_module
     from msopt import emit, flat, shapes
+    from msopt.api import _as_written, simulated_figures
+    from msopt.constraints import view_constraints
     from msopt.load import open_model
+    from msopt.partition import summarize
     from msopt.plan import PlanOptions, build_cost_model, make_plan
     from msopt.rules import auto
     from msopt.simulate import simulate
@@ -166,24 +169,30 @@ def breakdown(path, streams):
         "run_rule": clock.wrap(
             auto, "run_rule", lambda name, v, o, c: f"auto: policy {name}" + (" unit costs" if c is None else "")
         ),
-        "apply": clock.wrap(auto, "apply", lambda *a, **k: "auto: constraints"),
+        "apply": clock.wrap(auto, "apply", lambda *a, **k: "auto: constraints per candidate"),
         "simulate": clock.wrap(auto, "simulate", lambda *a, **k: "auto: simulations"),
     }
     try:
         options = PlanOptions(streams=streams)
         with clock("plan (auto search + constraints, total)"):
+            with clock("plan: the view's constraint groups (once per model)"):
+                view_constraints(view, frozenset(cost_model.tasks.key))  # what make_plan computes first
             result = make_plan(view, options, loaded, cost_model)
     finally:
         for attr, inner in saved.items():
             setattr(auto, attr, inner)
-    with clock("simulate the chosen plan (report)"):
-        simulate(view, result.partition, streams, cost_model)
     out = tempfile.mkdtemp(prefix="plan_speed_")
     try:
         with clock("emit"):
             emit.write(loaded, result.partition, os.path.join(out, "m"), const_copies=result.const_copies)
     finally:
         shutil.rmtree(out, ignore_errors=True)
+    with clock("report: the written run (Const copies)"):
+        sim_view, sim_plan, sim_cost = _as_written(view, result, cost_model, loaded, True)
+    with clock("report: simulation, bound and host corners"):
+        simulated_figures(sim_view, sim_plan, streams, sim_cost, simulate)
+    with clock("report: partition summary"):
+        summarize(view, result.partition, streams)
     times = {k: round(v, 4) for k, v in clock.times.items()}
     cm = times["cost model (total)"]
     times["cost model: per-op pass"] = round(
