@@ -15,7 +15,7 @@ change made. Each constraint is one function below; ``apply`` composes them:
   with other rounding (msopt.fusion has the patterns);
 - xla_cluster_links (msopt.xla_clusters): the nodes of one XLA cluster share one stream;
 - share_streams: each linked group moves, whole, to the stream most of its consumers got;
-- const_copies (used by emit, not a partition change): per-stream copies of Const nodes.
+- (msopt.const_copies, used by emit, not a partition change: per-stream copies of Const nodes.)
 
 Functional control flow (While, If, Case and their Stateless forms) needs no rule here: the
 call is one node and its body functions are partitioned like any other function.
@@ -383,26 +383,3 @@ def _reason(kinds):
         "xla": "an XLA cluster (compiled into one executable)",
     }
     return "; ".join(text[k] for k in sorted(kinds))
-
-
-# -- Const copies per consuming stream (DeepRec's constant duplication) -------------------------
-def const_copies(view, partition):
-    """{Const key: [streams]}: the other streams that consume a Const and get their own copy.
-
-    Consts in a colocation group or under control dependencies stay single.
-    """
-    copies = {}
-    for node in view.real_nodes():
-        if node.op != "Const" or node.control_inputs or "_class" in node.proto.attr or is_host_only(node):
-            continue
-        own = partition.get(node.key, 0)
-        wanted = sorted(
-            {
-                partition[c]
-                for c in node.outputs
-                if c in partition and partition[c] != own and any(s == node.key for s, _ in view.nodes[c].inputs)
-            }
-        )
-        if wanted:
-            copies[node.key] = wanted
-    return copies

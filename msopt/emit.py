@@ -43,7 +43,7 @@ def device_name(device_type, stream):
 def rewrite_meta_graph(meta_graph, partition, placement="attr", device_type="gpu", const_copies=None):
     """A copy of ``meta_graph`` carrying the partition; nodes outside it lose any _stream_id.
 
-    ``const_copies`` ({Const key: [streams]}, from constraints.const_copies) adds one copy of
+    ``const_copies`` ({Const key: [streams]}, from msopt.const_copies) adds one copy of
     each listed Const per stream, consumed by that stream's nodes instead of the original.
     """
     out = protos.MetaGraphDef()

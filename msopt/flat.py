@@ -199,7 +199,7 @@ class _Builder:
         control_dst, control_src = (np.concatenate([c[k] for c in control] or [_EMPTY]) for k in range(2))
         tasks = Tasks()
         tasks.instances = self.instances
-        return _topological(tasks, self, (data_dst, data_src, data_port), (control_dst, control_src))
+        return renumber(tasks, self, (data_dst, data_src, data_port), (control_dst, control_src))
 
     def data_edges(self, instance, nodes, first, back):
         """(dst, src, port) arrays of the data inputs of the tasks ``first``... made for ``nodes``, in order."""
@@ -335,7 +335,7 @@ def _kahn(ptr, successors, pending):
     return topological_array(np.asarray(ptr, np.int64), np.asarray(successors, np.int64), pending)
 
 
-def _topological(out, built, data, control):
+def renumber(out, built, data, control):
     """Renumber tasks in the order TensorFlow's executor would find them ready (FIFO over ready ops)."""
     n = len(built.key)
     data_dst, data_src, data_port = data

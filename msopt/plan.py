@@ -136,7 +136,8 @@ def make_plan(view, options: PlanOptions, model=None, cost_model=None) -> PlanRe
     ``cost_model`` weights the rules and scores the auto search; auto builds one from
     ``options.cost`` (and ``model``) when none is given, other rules then count one unit per kernel.
     """
-    from msopt.constraints import apply, const_copies
+    from msopt.const_copies import const_copies
+    from msopt.constraints import apply
     from msopt.gc_pause import gc_paused
     from msopt.partition import check_range
 

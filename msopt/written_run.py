@@ -1,6 +1,6 @@
 """The run of a plan as emit writes it: the cost model's tasks plus each copied constant's per-stream copies.
 
-With Const copies (msopt.constraints.const_copies), the written model has, for every copied Const
+With Const copies (msopt.const_copies), the written model has, for every copied Const
 and stream, a copy on that stream read by that stream's consumers instead of the original (msopt.emit).
 Each copy is one more op instance its stream's executor handles, which the host model times, so the
 partition report simulates the run as written. ``as_written`` derives that run from the plan's own cost
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from msopt.emit import copy_name
-from msopt.flat import _topological
+from msopt.flat import renumber
 from msopt.tasks import Tasks, op_codes
 
 
@@ -77,7 +77,7 @@ def as_written(cost_model, partition, copies, roots=None):
     written = Tasks()
     written.instances = t.instances
     data = (created[base[data_dst]], created[src], data_port)
-    _topological(written, built, data, (created[base[control_dst]], created[base[control_src]]))
+    renumber(written, built, data, (created[base[control_dst]], created[base[control_src]]))
     original = tasks_made[written.created]  # per task of the written run, the task whose figures it takes
 
     model = copy.copy(cost_model)

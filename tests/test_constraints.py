@@ -12,7 +12,8 @@ import pytest
 from conftest import SAMPLES
 
 from msopt import emit
-from msopt.constraints import apply, const_copies, host_only, is_host_only
+from msopt.const_copies import const_copies
+from msopt.constraints import apply, host_only, is_host_only
 from msopt.graph import GraphView
 from msopt.load import load
 

@@ -56,13 +56,17 @@ def identical_branches(view, run=None):
     if not sizes:
         return {}
     replicas = max(sizes, key=lambda k: (sizes[k], k))
-    branch = {}
+    branch, place = {}, {}  # place: per class, each member's index in it (made once, when first needed)
     for v in dag.order:  # follow the inputs' branch; a replicated op with none starts its class's branches
         members = classes.get(signature[v])
         if members is None or len(members) != replicas:
             continue
         inherited = next((branch[u] for u in dag.preds[v] if u in branch), None)
-        branch[v] = inherited if inherited is not None else members.index(v)
+        if inherited is None:
+            if signature[v] not in place:
+                place[signature[v]] = {u: i for i, u in enumerate(members)}
+            inherited = place[signature[v]][v]
+        branch[v] = inherited
     tower_of = {}
     for v, k in branch.items():
         tower_of.setdefault(dag.keys[v], k)
