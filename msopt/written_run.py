@@ -84,6 +84,9 @@ def as_written(cost_model, partition, copies, roots=None):
     model.tasks = written
     for name in ("duration", "share", "kernel", "neutral", "flops", "shapes"):
         setattr(model, name, _spread(getattr(cost_model, name), original))
+    # A copy is a Const no costs file names (its name is new): it launches nothing, even if its original was timed.
+    for i in np.flatnonzero(copy_rank[made][written.created] > 0).tolist():
+        model.duration[i], model.share[i], model.kernel[i], model.flops[i] = 0.0, 0.0, False, 0.0
     out_ptr, out_bytes = cost_model.output_arrays()
     widths = np.diff(out_ptr)[original]
     starts = np.repeat(out_ptr[:-1][original], widths) + _within(widths)

@@ -1,12 +1,14 @@
 """The written model's run derived in memory (msopt.written_run) against loading, flattening and costing the
 written model again: the same tasks in the same order, the same edges and streams, the same simulated figures."""
 
+import json
 from dataclasses import replace
 
 import pytest
 from conftest import SAMPLES
 
 from msopt import emit
+from msopt.emit import copy_name
 from msopt.flat import signature_roots
 from msopt.load import open_model
 from msopt.plan import ManualOptions, PlanOptions, build_cost_model, make_plan
@@ -65,3 +67,30 @@ def test_no_copies_is_the_plan_s_own_run():
     cost_model = build_cost_model(view, loaded, PlanOptions().cost)
     partition = {key: 1 for key in cost_model.tasks.key}
     assert as_written(cost_model, partition, {}) == (cost_model, partition)
+
+
+def test_a_measured_constant_s_copies_are_costed_as_the_written_model_costs_them(tmp_path):
+    """A costs file naming a copied Const times the original only: the written model's copies have other
+    names, so they launch nothing, as in the written model loaded and costed again."""
+    loaded, view = open_model(str(SAMPLES / "deepfm_tf2"))
+    options = PlanOptions(streams=4, policy="chains")
+    plan = make_plan(view, options, loaded, build_cost_model(view, loaded, options.cost))
+    measured = {key: 7.5 for key in list(plan.const_copies)[:3]}
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps({"unit": "us", "ops": measured}))
+    options = replace(options, cost=replace(options.cost, costs=str(costs)))
+    cost_model = build_cost_model(view, loaded, options.cost)
+    plan = make_plan(view, options, loaded, cost_model)
+    emit.write(loaded, plan.partition, tmp_path / "m", const_copies=plan.const_copies)
+    loaded_out, view_out = open_model(str(tmp_path / "m"))
+    cost_out = build_cost_model(view_out, loaded_out, options.cost)
+    partition_out = make_plan(view_out, replace(options, policy="none", manual=ManualOptions()), loaded_out, cost_out)
+    roots = signature_roots(view, loaded, cost_model.signature)[1]
+    run, partition = as_written(cost_model, plan.partition, plan.const_copies, roots)
+    assert run.tasks.key == cost_out.tasks.key
+    assert (run.duration, run.kernel) == (cost_out.duration, cost_out.kernel)
+    kernel = dict(zip(run.tasks.key, run.kernel))
+    assert all(kernel[key] for key in measured)  # the originals stay measured kernels
+    assert not any(kernel.get(copy_name(key, s)) for key in measured for s in plan.const_copies[key])
+    figures = _figures(view, partition, 4, run)
+    assert figures == _figures(view_out, partition_out.partition, 4, cost_out)
