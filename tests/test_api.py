@@ -1,6 +1,7 @@
 """The Python API: msopt.inspect/partition/simulate return the commands' JSON documents and raise typed errors."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -107,11 +108,13 @@ def test_import_msopt_and_partition_without_verify_import_no_tensorflow(tmp_path
     assert result.returncode == 0 and result.stdout.strip() == "2", result.stderr
 
 
-def test_the_example_of_docs_api_runs_as_written():
+def test_the_example_of_docs_api_runs_as_written(tmp_path):
     code = re.search(r"```python\n(.*?)```", (ROOT / "docs" / "api.md").read_text(), re.S).group(1)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the example's temporary directory, watched
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
     assert result.returncode == 0, result.stderr
     assert "refused: unknown policy 'no-such-policy'" in result.stdout
+    assert not list(tmp_path.iterdir())  # it leaves nothing behind
 
 
 def test_partition_with_rules_reports_unmatched_rules_through_warn(tmp_path):
