@@ -23,11 +23,11 @@ Paths through ops read in place by every stream (constants, inputs, variable han
 model's ``neutral`` ops) are not followed: such an op does not order its consumers after anything.
 """
 
-from functools import cache
 from weakref import WeakKeyDictionary
 
 import numpy as np
 
+from msopt.jit import compiled
 from msopt.list_schedule import arrays
 from msopt.order import longest_array
 
@@ -71,11 +71,12 @@ def _compute(cm, streams):
         return {"serial_us": sum(d) / streams, "cut_us": 0.0, "cut_key": None}
 
     # Ancestor sums along the chain (each chain op's ancestors include the previous one's), then descendants.
-    ancestors, descendants, reached = _compiled()
     weight = duration * a.share
     chain_array = np.asarray(chain, np.int64)
-    anc, anc_w = (x.tolist() for x in ancestors(chain_array, a.pred_ptr, a.pred_idx, duration, weight, neutral))
-    desc, desc_w = (x.tolist() for x in descendants(chain_array, a.succ_ptr, a.succ_idx, duration, weight, neutral))
+    anc, anc_w = (x.tolist() for x in _ancestor_sums(chain_array, a.pred_ptr, a.pred_idx, duration, weight, neutral))
+    desc, desc_w = (
+        x.tolist() for x in _descendant_sums(chain_array, a.succ_ptr, a.succ_idx, duration, weight, neutral)
+    )
 
     cut, cut_at, values = 0.0, None, []
     for k, c in enumerate(chain):
@@ -90,8 +91,7 @@ def _compute(cm, streams):
     picks = sorted(range(len(chain)), key=lambda k: -(values[k][0] + d[chain[k]] + values[k][1]))[:budget]
     for k in picks:
         c = chain[k]
-        times = reached(c, a.succ_ptr, a.succ_idx, duration, kernel, neutral).tolist()
-        after = max(values[k][1], _launch_split(cm, times))
+        after = max(values[k][1], _launch_split(cm, _descendant_kernels(c, a, duration)))
         if values[k][0] + d[c] + after > cut:
             cut, cut_at = values[k][0] + d[c] + after, c
     return {
@@ -105,7 +105,8 @@ LAUNCH_CUTS = 16  # chain ops at which the launch split is evaluated
 LAUNCH_CUT_BUDGET = 100_000  # ops visited in all (about 0.1 s): none on graphs larger than that
 
 
-# -- the passes over the graph, compiled (msopt.jit): a depth-first walk each, sums in visit order ------------
+# -- the passes over the graph, compiled (msopt.jit): depth-first walks, sums in visit order ---------------
+@compiled
 def _ancestor_sums(chain, pred_ptr, pred_idx, d, w, neutral):
     """Per chain op, the time and work of its ancestors (not through ops read in place), grown along the chain."""
     seen = np.zeros(len(d), np.bool_)
@@ -133,43 +134,12 @@ def _ancestor_sums(chain, pred_ptr, pred_idx, d, w, neutral):
     return anc, anc_w
 
 
-def _descendant_sums(chain, succ_ptr, succ_idx, d, w, neutral):
-    """Per chain op, the time and work of its descendants (ops read in place counted, not followed)."""
-    seen = np.zeros(len(d), np.bool_)
-    stack = np.empty(len(d) + 1, np.int64)
-    desc, desc_w = np.zeros(len(chain)), np.zeros(len(chain))
-    total = work = 0.0
-    for k in range(len(chain) - 1, -1, -1):
-        c = chain[k]
-        seen[c] = True
-        stack[0], top = c, 1
-        while top:
-            top -= 1
-            x = stack[top]
-            if neutral[x]:
-                continue
-            for e in range(succ_ptr[x], succ_ptr[x + 1]):
-                j = succ_idx[e]
-                if not seen[j]:
-                    seen[j] = True
-                    total += d[j]
-                    work += w[j]
-                    stack[top] = j
-                    top += 1
-        desc[k], desc_w[k] = total, work
-        total += d[c]
-        work += w[c]
-    return desc, desc_w
-
-
-def _descendant_kernels(c, succ_ptr, succ_idx, d, kernel, neutral):
-    """The standalone times of the kernels after op ``c`` (not through ops read in place), in visit order."""
-    seen = np.zeros(len(d), np.bool_)
-    stack = np.empty(len(d) + 1, np.int64)
-    times = np.empty(len(d))
-    found = 0
-    seen[c] = True
-    stack[0], top = c, 1
+@compiled
+def _descendants(start, succ_ptr, succ_idx, neutral, seen, stack, found):
+    """How many ops after ``start`` not yet ``seen`` there are; marks them seen and lists them in ``found`` in
+    depth-first visit order. Ops read in place are listed, not followed (they order nothing after them)."""
+    seen[start] = True
+    stack[0], top, count = start, 1, 0
     while top:
         top -= 1
         x = stack[top]
@@ -179,19 +149,38 @@ def _descendant_kernels(c, succ_ptr, succ_idx, d, kernel, neutral):
             j = succ_idx[e]
             if not seen[j]:
                 seen[j] = True
-                if kernel[j]:
-                    times[found] = d[j]
-                    found += 1
+                found[count] = j
+                count += 1
                 stack[top] = j
                 top += 1
-    return times[:found]
+    return count
 
 
-@cache
-def _compiled():
-    from msopt.jit import compiled
+@compiled
+def _descendant_sums(chain, succ_ptr, succ_idx, d, w, neutral):
+    """Per chain op, the time and work of its descendants, grown from the chain's end."""
+    seen = np.zeros(len(d), np.bool_)
+    stack, found = np.empty(len(d) + 1, np.int64), np.empty(len(d), np.int64)
+    desc, desc_w = np.zeros(len(chain)), np.zeros(len(chain))
+    total = work = 0.0
+    for k in range(len(chain) - 1, -1, -1):
+        c = chain[k]
+        for q in range(_descendants(c, succ_ptr, succ_idx, neutral, seen, stack, found)):
+            total += d[found[q]]
+            work += w[found[q]]
+        desc[k], desc_w[k] = total, work
+        total += d[c]
+        work += w[c]
+    return desc, desc_w
 
-    return compiled(_ancestor_sums), compiled(_descendant_sums), compiled(_descendant_kernels)
+
+def _descendant_kernels(c, a, d):
+    """The standalone times ``d`` of the kernels after op ``c`` (``a``: the run's arrays), in visit order."""
+    n = len(d)
+    found = np.empty(n, np.int64)
+    count = _descendants(c, a.succ_ptr, a.succ_idx, a.neutral, np.zeros(n, np.bool_), np.empty(n + 1, np.int64), found)
+    reached = found[:count]
+    return d[reached[a.kernel[reached]]].tolist()
 
 
 def _launch_split(cm, times):
