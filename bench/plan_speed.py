@@ -188,9 +188,9 @@ def breakdown(path, streams):
     finally:
         shutil.rmtree(out, ignore_errors=True)
     with clock("report: the written run (Const copies)"):
-        sim_view, sim_plan, sim_cost = _as_written(view, result, cost_model, loaded, True)
+        sim_plan, sim_cost = _as_written(view, result, cost_model, loaded, True)
     with clock("report: simulation, bound and host corners"):
-        simulated_figures(sim_view, sim_plan, streams, sim_cost, simulate)
+        simulated_figures(view, sim_plan, streams, sim_cost, simulate)
     with clock("report: partition summary"):
         summarize(view, result.partition, streams)
     times = {k: round(v, 4) for k, v in clock.times.items()}

@@ -166,8 +166,8 @@ def partition(
         "output": written and out,
         "elapsed_s": verified.pop("elapsed_s", round(time.perf_counter() - started, 3)),
     }
-    sim_view, sim_plan, sim_cost = _as_written(view, result, cost_model, loaded, written)
-    document["simulated"] = simulated_figures(sim_view, sim_plan, streams, sim_cost, run_simulation)
+    sim_plan, sim_cost = _as_written(view, result, cost_model, loaded, written)
+    document["simulated"] = simulated_figures(view, sim_plan, streams, sim_cost, run_simulation)
     document.update(verified)
     if report:
         _write_json(report, document)
@@ -266,17 +266,16 @@ def simulate(
 
 
 def _as_written(view, result, cost_model, loaded, written):
-    """The view, plan and cost model to simulate: the written model's run when constants were copied into
-    streams (each stream then handles its own copy, which the host model times; msopt.written_run), else
-    the plan's own."""
+    """(partition, cost model) to simulate: the written model's run when constants were copied into streams
+    (each stream then handles its own copy, which the host model times; msopt.written_run), else the plan's."""
     if not (written and result.const_copies):
-        return view, result.partition, cost_model
+        return result.partition, cost_model
     from msopt.flat import signature_roots
     from msopt.written_run import as_written
 
     roots = signature_roots(view, loaded, cost_model.signature)[1]
     run, partition = as_written(cost_model, result.partition, result.const_copies, roots)
-    return view, partition, run
+    return partition, run
 
 
 def simulated_figures(view, partition, streams, cost_model, run_simulation) -> dict[str, Any]:

@@ -300,6 +300,25 @@ class CostModel:
             self._bound[streams] = lower_bound(self, streams)
         return self._bound[streams]
 
+    def with_tasks(self, tasks, original):
+        """This model over another run, ``tasks``, whose task i has the figures of this model's task ``original[i]``
+        (an int array): a run derived from this one (msopt.written_run). Nothing cached carries over."""
+        other = copy.copy(self)
+        other.tasks = tasks
+        take = original.tolist()
+        for name in ("duration", "share", "kernel", "neutral", "flops", "shapes"):
+            setattr(other, name, list(map(getattr(self, name).__getitem__, take)))
+        out_ptr, out_bytes = self.output_arrays()
+        widths = np.diff(out_ptr)[original]
+        ptr = np.zeros(len(take) + 1, np.int64)
+        np.cumsum(widths, out=ptr[1:])
+        starts = np.repeat(out_ptr[:-1][original] - ptr[:-1], widths) + np.arange(ptr[-1], dtype=np.int64)
+        other.__dict__.pop("_out_bytes", None)
+        other._outputs = (ptr, out_bytes[starts] if len(starts) else out_bytes[:0])
+        other._single = other._bound = other._succ = other._succ_arrays = other._preds = None
+        other._arrays, other._corner_models = {}, None
+        return other
+
     def with_target(self, target):
         """The same tasks and times under other host constants (``target`` differs only in its host model)."""
         other = copy.copy(self)

@@ -66,13 +66,12 @@ def copy_name(name, stream):
 def _copy_consts(graph, partition, copies, placement, device_type):
     bodies = [(MAIN, graph.node)] + [(f.signature.name, f.node_def) for f in graph.library.function]
     for function, node_defs in bodies:
-        prefix = f"{function}:" if function else ""
-        originals = {nd.name: nd for nd in node_defs if prefix + nd.name in copies}
+        originals = {nd.name: nd for nd in node_defs if node_key(function, nd.name) in copies}
         if not originals:
             continue
-        wanted = {name: copies[prefix + name] for name in originals}
+        wanted = {name: copies[node_key(function, name)] for name in originals}
         for consumer in node_defs:
-            stream = partition.get(prefix + consumer.name)
+            stream = partition.get(node_key(function, consumer.name))
             if stream is None:
                 continue
             for i, ref in enumerate(consumer.input):

@@ -10,7 +10,6 @@ flattened data edge from a copied Const moves to the copy when the view node rea
 consumer itself, or the call it runs in) is assigned that copy's stream.
 """
 
-import copy
 from types import SimpleNamespace
 
 import numpy as np
@@ -66,12 +65,13 @@ def as_written(cost_model, partition, copies, roots=None):
             key_of[int(base[i]) + 1 + r] = copy_name(keys[i], stream)
     slots = made.tolist()
     tasks_made = of_slot[made]
+    ops = _spread(t.op, tasks_made)
     built = SimpleNamespace(
         key=[key_of.get(s) or keys[i] for s, i in zip(slots, tasks_made.tolist())],
-        op=_spread(t.op, tasks_made),
+        op=ops,
         instance=_spread(t.instance, tasks_made),
         node=_spread(t.node, tasks_made) if "node" in t.__dict__ else [None] * len(made),
-        op_codes=op_codes(_spread(t.op, tasks_made)),
+        op_codes=op_codes(ops),
         instances=t.instances,
     )
     written = Tasks()
@@ -80,21 +80,10 @@ def as_written(cost_model, partition, copies, roots=None):
     renumber(written, built, data, (created[base[control_dst]], created[base[control_src]]))
     original = tasks_made[written.created]  # per task of the written run, the task whose figures it takes
 
-    model = copy.copy(cost_model)
-    model.tasks = written
-    for name in ("duration", "share", "kernel", "neutral", "flops", "shapes"):
-        setattr(model, name, _spread(getattr(cost_model, name), original))
+    model = cost_model.with_tasks(written, original)
     # A copy is a Const no costs file names (its name is new): it launches nothing, even if its original was timed.
     for i in np.flatnonzero(copy_rank[made][written.created] > 0).tolist():
         model.duration[i], model.share[i], model.kernel[i], model.flops[i] = 0.0, 0.0, False, 0.0
-    out_ptr, out_bytes = cost_model.output_arrays()
-    widths = np.diff(out_ptr)[original]
-    starts = np.repeat(out_ptr[:-1][original], widths) + _within(widths)
-    count = len(original)
-    model.__dict__.pop("_out_bytes", None)
-    model._outputs = (_pointers(widths, np.arange(count), count), out_bytes[starts] if len(starts) else out_bytes[:0])
-    model._single = model._bound = model._succ = model._succ_arrays = model._preds = None
-    model._arrays, model._corner_models = {}, None
     placed = dict(partition)
     for slot, name in key_of.items():
         placed[name] = copies[keys[int(of_slot[slot])]][int(copy_rank[slot]) - 1]
@@ -136,15 +125,6 @@ def _view_reader(tasks, i, j):
 def _spread(values, original):
     """``values`` (a per-task list) for the new tasks: a copy takes its original's value."""
     return list(map(values.__getitem__, original.tolist()))
-
-
-def _pointers(counts, ids, total):
-    """CSR pointers over ``total`` tasks where task ``ids[i]`` has ``counts[i]`` entries (the others none)."""
-    per_task = np.zeros(total, np.int64)
-    per_task[ids] = counts
-    ptr = np.zeros(total + 1, np.int64)
-    np.cumsum(per_task, out=ptr[1:])
-    return ptr
 
 
 def _within(widths):
