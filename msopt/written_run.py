@@ -5,9 +5,11 @@ and stream, a copy on that stream read by that stream's consumers instead of the
 Each copy is one more op instance its stream's executor handles, which the host model times, so the
 partition report simulates the run as written. ``as_written`` derives that run from the plan's own cost
 model in memory, the way emit rewires the graph, instead of loading, flattening and costing the written
-model again: a copy gets its original's figures and id right after it (ids stay topological), and a
-flattened data edge from a copied Const moves to the copy when the view node reading the Const (the
-consumer itself, or the call it runs in) is assigned that copy's stream.
+model again. A copy is created where flat_run would create it (emit appends it to its body: after the
+tasks of its call instance) and the run is renumbered by flat's own walk, so ids and order are the
+reload's; it has its original's shapes and launches nothing. A flattened data edge from a copied Const
+moves to the copy when the view node reading the Const (the consumer itself, or the call it runs in)
+is assigned that copy's stream.
 """
 
 from types import SimpleNamespace
