@@ -1,17 +1,88 @@
-"""Compiling the planner's hot loops (the simulator's event loop, list schedules, orders) with numba.
+"""Compiling the planner's hot loops (the simulator's event loop, list schedules, orders, walks) to machine code.
 
-Why numba: these loops are sequential by nature (an event queue, a ready list taken in order),
-so numpy cannot vectorize them, and numba compiles the same Python source to machine code from
-wheels on the package index, with no compiler needed at install time. Compiled functions are
-cached on disk (next to this package, else in the user's cache directory, numba's own fallback),
-so only the first run on a machine pays the compilation; a later process pays about half a
-second to load numba and the cache. Imported only by the modules that plan or simulate, never by
-``import msopt``.
+Why compiled: these loops are sequential by nature (an event queue, a ready list taken in order), so numpy
+cannot vectorize them. One Python source, two ways to run it, the same machine code either way:
+
+- prebuilt: ``python -m msopt.prebuild`` (setup runs it) compiles the functions of ``SIGNATURES`` ahead of
+  time into one extension module, ``msopt/_loops``, with numba's pycc. Importing it takes about a millisecond
+  and loads no numba: numba's import and its first cached call cost about 0.9 CPU s per process, most of
+  planning a small model. The extension records a digest of the sources it was built from; a process that
+  finds it built from other sources (an edited loop) does not use it.
+- just in time: otherwise numba compiles each function on its first call (types inferred from its arguments)
+  and caches the machine code on disk (next to this package, else in the user's cache directory), so only
+  the first run on a machine pays the compilation. ``MSOPT_PREBUILT=0`` forces this form.
+
+Why numba: it compiles the same Python source from wheels on the package index; the prebuilt form needs a C
+compiler only to link the extension, at install time. Imported only by the modules that plan or simulate,
+never by ``import msopt``.
 """
 
-from numba import njit
+import hashlib
+import os
+from functools import cache
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+# The compiled functions called from Python, by "module.function", with their argument types in numba's
+# notation (i: int64 array, f: float64 array, b: bool array, all C-contiguous). The prebuilt extension
+# exports exactly these; the functions they call are compiled into it with them.
+_I, _F, _B = "int64[::1]", "float64[::1]", "bool_[::1]"
+SIGNATURES = {
+    "event_loop.run": (
+        f"Tuple(({_I}, {_I}, {_I}, {_I}, {_I}, {_B}, {_B})), {_F}, {_F}, {_I}, int64, int64, int64,"
+        f" Tuple((int64, int64, {_I}, {_I}, {_F})), int64, {_F}, {_I}, bool_"
+    ),
+    "list_schedule._schedule": (
+        f"{_I}, {_I}, {_I}, {_F}, {_F}, {_B}, {_B}, {_F}, int64, bool_, {_I}, float64, float64, float64, float64, {_I}"
+    ),
+    "bound._ancestor_sums": f"{_I}, {_I}, {_I}, {_F}, {_F}, {_B}",
+    "bound._descendants": f"int64, {_I}, {_I}, {_B}, {_B}, {_I}, {_I}",
+    "bound._descendant_sums": f"{_I}, {_I}, {_I}, {_F}, {_F}, {_B}",
+    "order._walk": f"{_I}, {_I}, {_I}, {_I}, {_B}, bool_",
+    "order._longest": f"{_I}, {_I}, {_I}, {_F}, {_F}",
+    "order._priority_walk": f"{_I}, {_I}, {_I}, {_F}, {_I}, {_I}, {_I}",
+    "shapes._unknown_outputs": f"{_B}, {_B}, {_I}, {_I}, {_I}",
+}
+MODULE = "_loops"  # the prebuilt extension, in this package
+
+
+def export_name(name):
+    """The prebuilt extension's name for the function "module.function"."""
+    return name.replace(".", "__")
+
+
+def sources_digest(directory=_HERE):
+    """A digest of the sources the prebuilt extension compiles (this file and the modules of SIGNATURES, read
+    from ``directory``), as an int64."""
+    digest = hashlib.sha256()
+    for module in sorted({"jit", *(name.partition(".")[0] for name in SIGNATURES)}):
+        with open(os.path.join(directory, module + ".py"), "rb") as f:
+            digest.update(f.read())
+    return int.from_bytes(digest.digest()[:8], "little", signed=True)
+
+
+@cache
+def prebuilt():
+    """The prebuilt extension module if it is there, allowed and built from the current sources, else None."""
+    if os.environ.get("MSOPT_PREBUILT", "1") == "0":
+        return None
+    try:
+        from msopt import _loops  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _loops if _loops.sources() == sources_digest() else None
 
 
 def compiled(function):
-    """``function`` compiled to machine code on first call (types inferred from its arguments), cached on disk."""
+    """``function`` as machine code: the prebuilt extension's export, else numba's just-in-time form.
+
+    With the extension in use, a function it does not export is only ever called from compiled code (it is
+    compiled into the extension with its callers), so it stays the Python function here.
+    """
+    name = f"{function.__module__.rpartition('.')[2]}.{function.__name__}"
+    module = prebuilt()
+    if module is not None:
+        return getattr(module, export_name(name)) if name in SIGNATURES else function
+    from numba import njit
+
     return njit(cache=True, nogil=True)(function)

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_browser=${MSOPT_WITH_BROWSER:-1}
-packages=(graphviz openmpi-bin libopenmpi-dev)
+packages=(graphviz openmpi-bin libopenmpi-dev gcc)
 [ "$want_browser" = 1 ] && packages+=(chromium)
 
 missing=()
@@ -25,6 +25,8 @@ fi
 
 python3 -m pip install -q --disable-pip-version-check -e ".[test]"
 
-# Compile the planner's loops once (numba keeps them in its on-disk cache), so that no later run,
-# and no test waiting on a subprocess, pays the compilation (about 10 s).
-python3 -m msopt simulate sample_models/deepfm_tf1 --streams 4 > /dev/null
+# Compile the planner's loops ahead of time into msopt/_loops (gcc links it), so that no run loads numba;
+# then once just in time too (numba keeps them in its on-disk cache), for runs with MSOPT_PREBUILT=0 and
+# tests waiting on a subprocess that compare both forms.
+python3 -m msopt.prebuild
+MSOPT_PREBUILT=0 python3 -m msopt simulate sample_models/deepfm_tf1 --streams 4 > /dev/null

@@ -1,0 +1,138 @@
+"""The prebuilt loops (msopt/_loops, built by msopt.prebuild): used when fresh, the same figures and bytes as numba's
+just-in-time form, rebuilt into a clean directory, refused when the sources changed."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from msopt import jit
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_models"
+PACKAGE = Path(jit.__file__).parent
+
+
+def _timeless(document):
+    """``document`` without its wall-clock figures (keys ending in elapsed_s)."""
+    if isinstance(document, dict):
+        return {k: _timeless(v) for k, v in document.items() if not k.endswith("elapsed_s")}
+    if isinstance(document, list):
+        return [_timeless(v) for v in document]
+    return document
+
+
+def _msopt(args, prebuilt, cwd):
+    env = dict(os.environ, MSOPT_PREBUILT="1" if prebuilt else "0")
+    code = (
+        "import sys\nfrom msopt.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "from msopt import jit\n"
+        "print('PREBUILT', jit.prebuilt() is not None, 'numba' in sys.modules, file=sys.stderr)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout, out.stderr.rsplit("PREBUILT ", 1)[1].split()
+
+
+def test_the_installed_extension_is_fresh_and_planning_loads_no_numba(tmp_path):
+    """Setup builds the extension: a plan, its simulations and its report then run without importing numba."""
+    assert jit.prebuilt() is not None, "msopt/_loops is missing or stale: run python -m msopt.prebuild"
+    _, (used, numba) = _msopt(
+        ["partition", str(SAMPLES / "towers_tf2"), "--streams", "4", "-o", str(tmp_path / "out")], True, tmp_path
+    )
+    assert (used, numba) == ("True", "False")
+
+
+@pytest.mark.parametrize("model", ["deepfm_tf1", "towers_tf2", "stage_tf1"])
+def test_prebuilt_and_just_in_time_forms_give_the_same_plans_and_figures(tmp_path, model):
+    outputs = {}
+    for prebuilt in (True, False):
+        out = tmp_path / f"out{int(prebuilt)}"
+        report = tmp_path / f"report{int(prebuilt)}.json"
+        args = ["partition", str(SAMPLES / model), "--streams", "4", "-o", str(out), "--report", str(report), "--json"]
+        stdout, (used, numba) = _msopt(args, prebuilt, tmp_path)
+        assert used == str(prebuilt) and numba == str(not prebuilt)
+        document = _timeless(json.loads(stdout))
+        document.pop("output", None)
+        simulated, _ = _msopt(["simulate", str(SAMPLES / model), "--streams", "4", "--json"], prebuilt, tmp_path)
+        outputs[prebuilt] = (
+            json.dumps(document, sort_keys=True).replace(str(out), "OUT"),
+            _timeless(json.loads(report.read_text().replace(str(out), "OUT"))),
+            (out / "saved_model.pb").read_bytes(),
+            _timeless(json.loads(simulated)),
+        )
+    assert outputs[True][0] == outputs[False][0]
+    assert outputs[True][1:] == outputs[False][1:]
+
+
+def test_the_digest_follows_every_compiled_source(tmp_path):
+    names = {"jit", *(name.partition(".")[0] for name in jit.SIGNATURES)}
+    for name in names:
+        shutil.copy(PACKAGE / f"{name}.py", tmp_path)
+    assert jit.sources_digest(tmp_path) == jit.sources_digest()
+    for name in sorted(names):
+        (tmp_path / f"{name}.py").write_text((PACKAGE / f"{name}.py").read_text() + "\n# edited\n")
+        assert jit.sources_digest(tmp_path) != jit.sources_digest(), name
+        shutil.copy(PACKAGE / f"{name}.py", tmp_path)
+
+
+def test_prebuild_writes_a_working_extension_and_leaves_nothing_behind(tmp_path):
+    """The build in a watched temporary directory: the extension it writes exports every signature and the
+    digest of the current sources; no build directory is left (pycc leaves its own when it fails)."""
+    scratch, target = tmp_path / "tmp", tmp_path / "out"
+    scratch.mkdir()
+    target.mkdir()
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom msopt import prebuild\nprint(prebuild.build(sys.argv[1]))",
+            str(target),
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TMPDIR=str(scratch)),
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    built = Path(out.stdout.strip())
+    assert built.parent == target and [p.name for p in target.iterdir()] == [built.name]
+    assert list(scratch.iterdir()) == []
+    check = (
+        "import importlib.util, sys\n"
+        "spec = importlib.util.spec_from_file_location('_loops', sys.argv[1])\n"
+        "module = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(module)\n"
+        "from msopt import jit\n"
+        "assert module.sources() == jit.sources_digest()\n"
+        "assert all(callable(getattr(module, jit.export_name(n))) for n in jit.SIGNATURES)\n"
+        "assert 'numba' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", check, str(built)], check=True, timeout=120)
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_a_stale_extension_is_not_used(tmp_path, edited):
+    """A copy of the package uses its extension, unless its event loop was edited after the build."""
+    copy = tmp_path / "msopt"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    if edited:
+        (copy / "event_loop.py").write_text((copy / "event_loop.py").read_text() + "\n# edited after the build\n")
+    code = "from msopt import jit\nimport msopt\nassert msopt.__file__.startswith(%r)\nprint(jit.prebuilt())" % str(
+        copy
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(tmp_path)),
+    )
+    assert out.returncode == 0, out.stderr
+    assert (out.stdout.strip() == "None") == edited, out.stdout
