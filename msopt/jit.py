@@ -23,9 +23,9 @@ from functools import cache
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
-# The compiled functions called from Python, by "module.function", with their argument types in numba's
-# notation (i: int64 array, f: float64 array, b: bool array, all C-contiguous). The prebuilt extension
-# exports exactly these; the functions they call are compiled into it with them.
+# The compiled functions called from Python, by "module.function" (the module's path in this package), with
+# their argument types in numba's notation (int64, float64 and bool arrays, all C-contiguous). The prebuilt
+# extension exports exactly these; the compiled functions they call are compiled into it with them.
 _I, _F, _B = "int64[::1]", "float64[::1]", "bool_[::1]"
 SIGNATURES = {
     "event_loop.run": (
@@ -42,6 +42,10 @@ SIGNATURES = {
     "order._longest": f"{_I}, {_I}, {_I}, {_F}, {_F}",
     "order._priority_walk": f"{_I}, {_I}, {_I}, {_F}, {_I}, {_I}, {_I}",
     "shapes._unknown_outputs": f"{_B}, {_B}, {_I}, {_I}, {_I}",
+    "rules.chains._greedy_cover": f"{_I}, {_I}, {_I}, {_I}, int64, {_I}",
+    "rules.chains._number_chains": f"{_I}, {_I}, {_I}",
+    "rules.chains._spans": f"{_I}, {_I}, {_I}, {_I}, {_F}, {_F}, {_F}, {_F}",
+    "rules.chains._fold": f"{_I}, {_I}, {_I}, {_I}, {_I}, {_I}, {_F}, {_F}, int64, {_I}",
 }
 MODULE = "_loops"  # the prebuilt extension, in this package
 
@@ -53,10 +57,10 @@ def export_name(name):
 
 def sources_digest(directory=_HERE):
     """A digest of the sources the prebuilt extension compiles (this file and the modules of SIGNATURES, read
-    from ``directory``), as an int64."""
+    from ``directory``, the package's), as an int64."""
     digest = hashlib.sha256()
-    for module in sorted({"jit", *(name.partition(".")[0] for name in SIGNATURES)}):
-        with open(os.path.join(directory, module + ".py"), "rb") as f:
+    for module in sorted({"jit", *(name.rpartition(".")[0] for name in SIGNATURES)}):
+        with open(os.path.join(directory, *module.split(".")) + ".py", "rb") as f:
             digest.update(f.read())
     return int.from_bytes(digest.digest()[:8], "little", signed=True)
 
@@ -76,13 +80,19 @@ def prebuilt():
 def compiled(function):
     """``function`` as machine code: the prebuilt extension's export, else numba's just-in-time form.
 
-    With the extension in use, a function it does not export is only ever called from compiled code (it is
-    compiled into the extension with its callers), so it stays the Python function here.
+    With the extension in use, a compiled function it does not export is compiled into it with its callers
+    and must not be called from Python: it becomes a stub that says so (an entry missing from SIGNATURES).
     """
-    name = f"{function.__module__.rpartition('.')[2]}.{function.__name__}"
+    name = f"{function.__module__.removeprefix('msopt.')}.{function.__name__}"
     module = prebuilt()
-    if module is not None:
-        return getattr(module, export_name(name)) if name in SIGNATURES else function
-    from numba import njit
+    if module is None:
+        from numba import njit
 
-    return njit(cache=True, nogil=True)(function)
+        return njit(cache=True, nogil=True)(function)
+    if name in SIGNATURES:
+        return getattr(module, export_name(name))
+
+    def unexported(*args, **kwargs):
+        raise RuntimeError(f"msopt.jit: {name} is compiled but not in SIGNATURES, so Python cannot call it")
+
+    return unexported

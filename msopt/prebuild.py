@@ -26,7 +26,7 @@ def _exported(cc, name, types):
     from numba import njit
     from numba.core.sigutils import normalize_signature
 
-    module, _, function = name.partition(".")
+    module, _, function = name.rpartition(".")
     found = getattr(importlib.import_module(f"msopt.{module}"), function)
     dispatcher = njit(getattr(found, "py_func", found))  # some modules compile theirs lazily: the plain function
     argtypes, _ = normalize_signature(f"void({types})")  # the result type comes from numba's typing below
