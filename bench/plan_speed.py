@@ -4,7 +4,8 @@ For each model: one in-process breakdown of `msopt partition --streams N` (load,
 flattening, shape inference, the cost model's per-op pass, each auto candidate's plan, the
 constraints, the simulations, the single-stream and report simulations, emit), then the two
 commands end to end as subprocesses, side by side in the same run (best of ``--repeat``),
-and their ratio. Models: a keras.applications NASNetMobile (weights=None) and a RetinaNet-class
+and their ratio; the partition also with the just-in-time loops (MSOPT_PREBUILT=0), to show what
+the prebuilt extension (python -m msopt.prebuild) saves. Models: a keras.applications NASNetMobile (weights=None) and a RetinaNet-class
 detector (a ResNet50 FPN with per-class NMS in functional While loops, see build_detector),
 both built once into ``--cache``; any SavedModel path can be given instead.
 Targets (planning-speed issue): partition / inspect at most 2.5x on both; auto's plan alone on
@@ -213,19 +214,24 @@ def _sched_name(k, chained):
 
 
 def end_to_end(path, streams, repeat):
-    """Best-of-``repeat`` CPU seconds (user + system of the child) of `msopt inspect` and
-    `msopt partition --streams N`, interleaved; CPU time, as wall time moves with the machine's other work."""
+    """Best-of-``repeat`` CPU seconds (user + system of the child) of `msopt inspect`, `msopt partition --streams N`
+    and the same partition with the just-in-time loops (MSOPT_PREBUILT=0: numba loaded, its disk cache warm),
+    interleaved; CPU time, as wall time moves with the machine's other work."""
     env = {**os.environ, "PYTHONPATH": ROOT}
-    best = {"inspect": float("inf"), "partition": float("inf")}
+    best = {"inspect": float("inf"), "partition": float("inf"), "jit": float("inf")}
     for _ in range(repeat):
         out = tempfile.mkdtemp(prefix="plan_speed_")
         try:
-            for name, cmd in (
-                ("inspect", ["inspect", path]),
-                ("partition", ["partition", path, "--streams", str(streams), "-o", os.path.join(out, "m")]),
+            partition = ["partition", path, "--streams", str(streams), "-o", os.path.join(out, "m"), "--force"]
+            for name, cmd, extra in (
+                ("inspect", ["inspect", path], {}),
+                ("partition", partition, {}),
+                ("jit", partition, {"MSOPT_PREBUILT": "0"}),
             ):
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                subprocess.run([sys.executable, "-m", "msopt", *cmd], check=True, env=env, capture_output=True)
+                subprocess.run(
+                    [sys.executable, "-m", "msopt", *cmd], check=True, env={**env, **extra}, capture_output=True
+                )
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
                 best[name] = min(best[name], cpu)
@@ -235,6 +241,8 @@ def end_to_end(path, streams, repeat):
         "inspect_s": round(best["inspect"], 3),
         "partition_s": round(best["partition"], 3),
         "ratio": round(best["partition"] / best["inspect"], 2),
+        "partition_jit_s": round(best["jit"], 3),
+        "jit_ratio": round(best["jit"] / best["inspect"], 2),
     }
 
 
@@ -269,6 +277,13 @@ def main():
         rows.append(row)
         if not args.json:
             print(json.dumps(row), file=sys.stderr)
+    from msopt import jit
+
+    loops = (
+        "the prebuilt extension (msopt/_loops)"
+        if jit.prebuilt() is not None
+        else "just in time (no fresh prebuilt extension: run python -m msopt.prebuild)"
+    )
     checks = []
     for row in rows:
         if "end_to_end" in row:
@@ -280,7 +295,7 @@ def main():
         value = c.get("partition_over_inspect", c.get("auto_plan_s"))
         c["met"] = value <= c["target"]
     if args.json:
-        print(json.dumps({"rows": rows, "checks": checks}, indent=2))
+        print(json.dumps({"rows": rows, "checks": checks, "loops": loops}, indent=2))
         return
     for row in rows:
         if "error" in row:
@@ -292,8 +307,10 @@ def main():
         if "end_to_end" in row:
             e = row["end_to_end"]
             print(
-                f"  end to end (CPU): inspect {e['inspect_s']} s, partition {e['partition_s']} s, ratio {e['ratio']}x"
+                f"  end to end (CPU): inspect {e['inspect_s']} s, partition {e['partition_s']} s, ratio {e['ratio']}x;"
+                f" with the just-in-time loops (MSOPT_PREBUILT=0) {e['partition_jit_s']} s, {e['jit_ratio']}x"
             )
+    print(f"\nloops: {loops}")
     for c in checks:
         print("  ", c)
 

@@ -170,11 +170,13 @@ def host_only(view):
 
 
 def is_host_only(node):
-    if node.op in HOST_ONLY_OPS or "String" in node.op:
+    op = node.op
+    if op in HOST_ONLY_OPS or "String" in op:
         return True
+    attr = node.proto.attr  # a new map wrapper on each access
     for name in STRING_ATTRS:
-        if name in node.proto.attr:
-            value = node.proto.attr[name]
+        if name in attr:
+            value = attr[name]
             if value.type == DT_STRING or DT_STRING in value.list.type:
                 return True
     return False

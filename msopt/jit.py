@@ -65,16 +65,24 @@ def sources_digest(directory=_HERE):
     return int.from_bytes(digest.digest()[:8], "little", signed=True)
 
 
-@cache
-def prebuilt():
-    """The prebuilt extension module if it is there, allowed and built from the current sources, else None."""
-    if os.environ.get("MSOPT_PREBUILT", "1") == "0":
-        return None
+def prebuilt_state():
+    """(the prebuilt extension module or None, a sentence saying why): the module only if it was built from the
+    current sources."""
     try:
         from msopt import _loops  # type: ignore[attr-defined]
-    except ImportError:
+    except ImportError as exc:
+        return None, f"no prebuilt extension ({exc}); run python -m msopt.prebuild"
+    if _loops.sources() != sources_digest():
+        return None, f"{_loops.__file__} was built from other sources; run python -m msopt.prebuild"
+    return _loops, f"{_loops.__file__} is fresh"
+
+
+@cache
+def prebuilt():
+    """The prebuilt extension module if it is there, allowed (MSOPT_PREBUILT is not 0) and fresh, else None."""
+    if os.environ.get("MSOPT_PREBUILT", "1") == "0":
         return None
-    return _loops if _loops.sources() == sources_digest() else None
+    return prebuilt_state()[0]
 
 
 def compiled(function):

@@ -4,6 +4,7 @@ Nodes absent from a partition run on the default stream 0 and keep their device.
 """
 
 from collections import defaultdict
+from operator import itemgetter
 
 from msopt.errors import InputError
 from msopt.graph import MAIN
@@ -23,19 +24,20 @@ def summarize(view, partition, streams):
     """The report's partition figures: per stream, per function, and the edges between streams."""
     total = _Tally(streams)
     per_function = defaultdict(lambda: _Tally(streams))
-    for node in view.real_nodes():
-        stream = partition.get(node.key, 0)
+    stream_of = partition.get
+    nodes = view.nodes
+    for node in view.real_nodes():  # a virtual node (a function argument) reads nothing
+        stream = stream_of(node.key, 0)
+        tally = per_function[node.function]
         total.nodes[stream] += 1
-        per_function[node.function].nodes[stream] += 1
+        tally.nodes[stream] += 1
         total.assigned += node.key in partition
-    for src, dst, is_control in view.edges():
-        if view.nodes[src].proto is None:
-            continue
-        if partition.get(src, 0) != partition.get(dst, 0):
-            tally = per_function[view.nodes[dst].function]
-            for t in (total, tally):
-                t.cross += 1
-                t.cross_control += is_control
+        for sources, is_control in ((map(itemgetter(0), node.inputs), False), (node.control_inputs, True)):
+            for src in sources:
+                if stream_of(src, 0) != stream and nodes[src].proto is not None:
+                    for t in (total, tally):
+                        t.cross += 1
+                        t.cross_control += is_control
     functions = {name: t.as_dict() for name, t in per_function.items() if name != MAIN}
     return {
         "streams": streams,

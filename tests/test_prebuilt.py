@@ -151,3 +151,13 @@ def test_a_stale_extension_is_not_used(tmp_path, edited):
     )
     assert out.returncode == 0, out.stderr
     assert (out.stdout.strip() == "None") == edited, out.stdout
+    check = subprocess.run(
+        [sys.executable, "-m", "msopt.prebuild", "--check"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(tmp_path)),
+    )
+    assert check.returncode == int(edited), check.stderr
+    assert ("built from other sources" in check.stderr) == edited, check.stderr
