@@ -160,7 +160,7 @@ print(imported, time.perf_counter() - started)
 def first_call():
     """{numba import s, compile s (empty cache), cache load s}: each in a fresh process."""
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache, MSOPT_PREBUILT="0")  # the just-in-time form
         out = {}
         for label in ("compile (empty cache)", "load (cache present)"):
             done = subprocess.run(

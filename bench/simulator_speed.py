@@ -39,9 +39,10 @@ print(time.process_time() - t1)
 """
 
 
-def first_call(empty_cache):
-    """Seconds of the first simulation in a fresh process (numba's import, the cache's load or the compilation)."""
-    env = dict(os.environ)
+def first_call(empty_cache, prebuilt=False):
+    """Seconds of the first simulation in a fresh process: with the prebuilt extension (msopt.prebuild), else
+    just in time (numba's import and the cache's load, or the compilation)."""
+    env = dict(os.environ, MSOPT_PREBUILT="1" if prebuilt else "0")
     with tempfile.TemporaryDirectory() as cache:
         if empty_cache:
             env["NUMBA_CACHE_DIR"] = cache
@@ -88,6 +89,7 @@ def main():
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     doc = {
+        "first_call_prebuilt_s": round(first_call(False, prebuilt=True), 3),
         "first_call_cached_s": round(first_call(False), 3),
         "first_call_compiling_s": round(first_call(True), 3),
         "rows": [measure(int(s), args.repeat) for s in args.sizes.split(",")],
@@ -104,7 +106,8 @@ def main():
             f" {str(r['identical']):>9}"
         )
     print(
-        f"first call in a fresh process: {doc['first_call_cached_s']} CPU s with the on-disk cache (numba import + load),"
+        f"first call in a fresh process: {doc['first_call_prebuilt_s']} CPU s with the prebuilt extension,"
+        f" {doc['first_call_cached_s']} CPU s just in time with the on-disk cache (numba import + load),"
     )
     print(f"{doc['first_call_compiling_s']} CPU s with an empty cache (compilation)")
 

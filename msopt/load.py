@@ -166,7 +166,9 @@ def _check(model):
 
 def open_model(path, tags=None):
     """(Model, GraphView) of the model at ``path``: what every command starts from."""
+    from msopt.gc_pause import gc_paused
     from msopt.graph import GraphView
 
-    model = load(path, tags)
-    return model, GraphView(model.graph_def)
+    with gc_paused():  # the checks and the view allocate a node object per NodeDef, none of them cyclic
+        model = load(path, tags)
+        return model, GraphView(model.graph_def)

@@ -136,16 +136,17 @@ def make_plan(view, options: PlanOptions, model=None, cost_model=None) -> PlanRe
     ``cost_model`` weights the rules and scores the auto search; auto builds one from
     ``options.cost`` (and ``model``) when none is given, other rules then count one unit per kernel.
     """
-    from msopt.const_copies import const_copies
-    from msopt.constraints import apply
     from msopt.gc_pause import gc_paused
-    from msopt.partition import check_range
 
     name = resolve_policy(options.policy, options.manual.rules)
     check_policy(name)
     if name == AUTO and cost_model is None:
         cost_model = build_cost_model(view, model, options.cost)
-    with gc_paused():
+    with gc_paused():  # a full collection over a large model's objects costs more than these passes' garbage
+        from msopt.const_copies import const_copies
+        from msopt.constraints import apply
+        from msopt.partition import check_range
+
         if name == AUTO:
             from msopt.rules.auto import search
 
@@ -157,12 +158,12 @@ def make_plan(view, options: PlanOptions, model=None, cost_model=None) -> PlanRe
 
                 run = flat_run(view, model, options.cost.signature)[1]
             raw = run_rule(name, view, rule_options(options, cost_model, run))
-    check_range(
-        raw.partition, options.streams, {key: f"policy {name}" for key in raw.partition} if name != "none" else None
-    )
-    scope = frozenset(cost_model.tasks.key) if name == AUTO else None  # auto's candidates had the run's
-    partition, merges = apply(view, raw.partition, options.streams, raw, scope)
-    copies = const_copies(view, partition) if options.const_dup else {}
+        check_range(
+            raw.partition, options.streams, {key: f"policy {name}" for key in raw.partition} if name != "none" else None
+        )
+        scope = frozenset(cost_model.tasks.key) if name == AUTO else None  # auto's candidates had the run's
+        partition, merges = apply(view, raw.partition, options.streams, raw, scope)
+        copies = const_copies(view, partition) if options.const_dup else {}
     return PlanResult(name, options.streams, partition, merges, list(raw.notes), dict(raw.report), copies, cost_model)
 
 
