@@ -21,7 +21,7 @@ TensorFlow adds on top are left out, so a group found here may not be fused in t
 keeping it on one stream is then harmless.
 """
 
-from collections import namedtuple
+from collections import defaultdict, namedtuple
 from itertools import permutations
 
 PASS_THROUGH = frozenset(
@@ -190,6 +190,7 @@ def fusion_groups(view, nodes=None):
     consumers = _data_consumers(nodes)
     present = frozenset(node.op for node in nodes)
     rooted = {op: _patterns_rooted_at(op, present) for op in present}
+    tree_ops = [_Kinds(group) for group in GROUPS]
     for node in nodes:
         for name, trees in rooted[node.op]:
             for tree in trees:
@@ -202,10 +203,11 @@ def fusion_groups(view, nodes=None):
             for other in consumers.get(grad, ()):
                 if view.nodes[other].op == "Conv2DBackpropFilter" and view.nodes[other].inputs[2][0] == grad:
                     yield "conv2d filter grad+bias grad (layout pass)", sorted({node.key, other})
-        for group in GROUPS:
-            members = _tree(view, node, group, consumers)
-            if len(members) > 1:
-                yield group.name, sorted(members)
+        for group, kinds in zip(GROUPS, tree_ops):
+            if node.op in kinds and not node.control_inputs:
+                members = _tree(view, node, group, consumers, kinds)
+                if len(members) > 1:
+                    yield group.name, sorted(members)
 
 
 def _patterns_rooted_at(op, present):
@@ -258,30 +260,47 @@ def _match(view, key, pattern):
 
 
 def _data_consumers(nodes):
-    consumers = {}
+    consumers = defaultdict(list)
     for node in nodes:
+        key = node.key
         for src, _ in node.inputs:
-            consumers.setdefault(src, []).append(node.key)
+            consumers[src].append(key)
     return consumers
 
 
-def _tree(view, root, group, consumers):
+class _Kinds(dict):
+    """A group's op kind by op type (its alias, or itself) for the op types in the group; ``in`` answers."""
+
+    def __init__(self, group):
+        super().__init__()
+        self.group = group
+
+    def __missing__(self, op):
+        kind = self.group.aliases.get(op, op)
+        self[op] = kind = kind if kind in self.group.ops else None
+        return kind
+
+    def __contains__(self, op):
+        return self[op] is not None
+
+
+def _tree(view, root, group, consumers, kinds):
     """The Add/AddN (or same-op) tree rooted at ``root`` that the arithmetic optimizer collapses:
-    members with one data consumer, no control edges."""
-
-    def op(node):
-        return group.aliases.get(node.op, node.op)
-
-    if op(root) not in group.ops or root.control_inputs:
-        return set()
+    members with one data consumer, no control edges (``root`` is of the group, without control inputs;
+    ``kinds``: msopt.fusion._Kinds of ``group``)."""
+    root_kind = kinds[root.op]
+    nodes = view.nodes
     members, stack = {root.key}, [root]
     while stack:
         node = stack.pop()
         for src, _ in node.inputs:
-            child = view.nodes.get(src)
-            if child is None or child.virtual or src in members or child.control_inputs:
+            if src in members:
                 continue
-            if op(child) not in group.ops or (group.same_op and op(child) != op(root)):
+            child = nodes.get(src)
+            if child is None or child.proto is None or child.control_inputs:
+                continue
+            kind = kinds[child.op]
+            if kind is None or (group.same_op and kind != root_kind):
                 continue
             if len(consumers.get(src, ())) != 1 or _drives_control(view, child):
                 continue

@@ -67,7 +67,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m msopt.prebuild",
         description="Compile msopt's planning loops ahead of time into the package (msopt/_loops), so that no run "
-        "loads numba (about 0.9 CPU s per process). Needs a C compiler (gcc) to link; takes about 12 s.",
+        "loads numba (0.4-0.8 CPU s per planning process). Needs a C compiler (gcc) to link; takes about 12 s.",
         epilog="examples:\n  python -m msopt.prebuild          # build (again)\n"
         "  python -m msopt.prebuild --check  # exit 0 if the installed extension is fresh, 1 if not",
         formatter_class=argparse.RawDescriptionHelpFormatter,
