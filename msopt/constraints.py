@@ -216,9 +216,11 @@ def colocation_links(view):
 def resource_links(view):
     """A resource or reference producer with each consumer, through calls into function bodies."""
     carriers = resource_carriers(view)
-    for node in view.nodes.values():
-        if node.virtual or carriers.isdisjoint(src for src, _ in node.inputs):
-            continue
+    nodes = view.nodes
+    readers = {key for carrier in carriers for key in nodes[carrier].outputs}  # data or control consumers
+    position = {key: i for i, key in enumerate(nodes)} if readers else {}
+    for key in sorted(readers, key=position.__getitem__):  # in the view's order, as a scan of all nodes met them
+        node = nodes[key]
         callees = callee_arguments(view, node)
         for index, (src, _) in enumerate(node.inputs):
             if src not in carriers:
