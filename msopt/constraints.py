@@ -177,7 +177,8 @@ def is_host_only(node):
     for name in STRING_ATTRS:
         if name in attr:
             value = attr[name]
-            if value.type == DT_STRING or DT_STRING in value.list.type:
+            kind = value.WhichOneof("value")  # reading .list of another kind would build an empty one
+            if (kind == "type" and value.type == DT_STRING) or (kind == "list" and DT_STRING in value.list.type):
                 return True
     return False
 
@@ -242,9 +243,12 @@ def resource_carriers(view):
             if arg.type == DT_RESOURCE or arg.type > REF_OFFSET or arg.is_ref:
                 carriers.add(key)
     for node in view.real_nodes():
-        dtype = node.proto.attr["dtype"].type if "dtype" in node.proto.attr else 0
-        if node.op in RESOURCE_PRODUCERS or (node.op == "Placeholder" and (dtype == DT_RESOURCE or dtype > REF_OFFSET)):
+        if node.op in RESOURCE_PRODUCERS:
             carriers.add(node.key)
+        elif node.op == "Placeholder":
+            dtype = node.proto.attr["dtype"].type if "dtype" in node.proto.attr else 0
+            if dtype == DT_RESOURCE or dtype > REF_OFFSET:
+                carriers.add(node.key)
     frontier = list(carriers)
     while frontier:  # resources flow on through Identity, Enter, Switch, Merge, ...
         key = frontier.pop()
