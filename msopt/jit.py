@@ -72,6 +72,8 @@ def prebuilt_state():
         from msopt import _loops  # type: ignore[attr-defined]
     except ImportError as exc:
         return None, f"no prebuilt extension ({exc}); run python -m msopt.prebuild"
+    except Exception as exc:  # e.g. built against another numpy: the just-in-time form still works
+        return None, f"the prebuilt extension does not load ({type(exc).__name__}: {exc}); run python -m msopt.prebuild"
     if _loops.sources() != sources_digest():
         return None, f"{_loops.__file__} was built from other sources; run python -m msopt.prebuild"
     return _loops, f"{_loops.__file__} is fresh"
