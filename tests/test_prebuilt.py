@@ -161,3 +161,16 @@ def test_a_stale_extension_is_not_used(tmp_path, edited):
     )
     assert check.returncode == int(edited), check.stderr
     assert ("built from other sources" in check.stderr) == edited, check.stderr
+
+
+def test_a_compiled_function_the_extension_does_not_export_refuses_python_callers():
+    """With the extension in use, a compiled function missing from SIGNATURES would otherwise run interpreted
+    (slowly, silently): it becomes a stub that names the missing entry."""
+    assert jit.prebuilt() is not None
+
+    def helper(values):
+        return values[0]
+
+    stub = jit.compiled(helper)
+    with pytest.raises(RuntimeError, match=r"test_prebuilt\.helper is compiled but not in SIGNATURES"):
+        stub([1])
