@@ -139,6 +139,7 @@ def breakdown(path, streams):
     from msopt import emit, flat, shapes
     from msopt.api import _as_written, simulated_figures
     from msopt.constraints import view_constraints
+    from msopt.gc_pause import gc_paused
     from msopt.load import open_model
     from msopt.partition import summarize
     from msopt.plan import PlanOptions, build_cost_model, make_plan
@@ -176,7 +177,7 @@ def breakdown(path, streams):
     try:
         options = PlanOptions(streams=streams)
         with clock("plan (auto search + constraints, total)"):
-            with clock("plan: the view's constraint groups (once per model)"):
+            with clock("plan: the view's constraint groups (once per model)"), gc_paused():  # as in make_plan
                 view_constraints(view, frozenset(cost_model.tasks.key))  # what make_plan computes first
             result = make_plan(view, options, loaded, cost_model)
     finally:
