@@ -6,8 +6,9 @@ cannot vectorize them. One Python source, two ways to run it, the same machine c
 - prebuilt: ``python -m msopt.prebuild`` (setup runs it) compiles the functions of ``SIGNATURES`` ahead of
   time into one extension module, ``msopt/_loops``, with numba's pycc. Importing it takes about a millisecond
   and loads no numba: numba's import and its first cached call cost 0.4-0.8 CPU s per planning process
-  (measured: 1.1 -> 0.65 s for a 3-op model, 5.7 -> 4.9 s for a 61k-node detector). The extension records a digest of the sources it was built from; a process that
-  finds it built from other sources (an edited loop) does not use it.
+  (measured: 1.1 -> 0.65 s for a 3-op model, 5.7 -> 4.9 s for a 61k-node detector). The extension records
+  a digest of the sources it was built from; a process that finds it built from other sources (an edited
+  loop) does not use it.
 - just in time: otherwise numba compiles each function on its first call (types inferred from its arguments)
   and caches the machine code on disk (next to this package, else in the user's cache directory), so only
   the first run on a machine pays the compilation. ``MSOPT_PREBUILT=0`` forces this form.
