@@ -13,7 +13,7 @@ change made. Each constraint is one function below; ``apply`` composes them:
   pass) or regroups only on one device (the arithmetic optimizer's Add trees) shares one stream:
   split, the fused node runs on one device whatever its parts said, or the group runs unfused
   with other rounding (msopt.fusion has the patterns);
-- xla_cluster_links (msopt.xla_clusters): the nodes of one XLA cluster share one stream;
+- the XLA linkers (msopt.xla_clusters): the nodes of one XLA cluster share one stream;
 - share_streams: each linked group moves, whole, to the stream most of its consumers got;
 - (msopt.const_copies, used by emit, not a partition change: per-stream copies of Const nodes.)
 
@@ -23,13 +23,12 @@ call is one node and its body functions are partitioned like any other function.
 
 import weakref
 from collections import Counter, defaultdict
-from itertools import chain
 
 from msopt.fusion import fusion_groups
 from msopt.graph import node_key
 from msopt.link_groups import link_groups
 from msopt.op_tables import CALL_OPS
-from msopt.xla_clusters import xla_cluster_links
+from msopt.xla_clusters import XLA_LINKERS
 
 DT_STRING = 7
 DT_RESOURCE = 20
@@ -110,11 +109,15 @@ _BY_VIEW = weakref.WeakKeyDictionary()  # view -> what its constraints need, wor
 def view_constraints(view, scope=None):
     """(host-only keys, [(linked keys, kinds)]): those of ``view`` in ``scope``, and every linked group with a node in it
     (None: every group), as the links of the whole view make it, in the order its first node was linked. A group
-    lists only nodes with a NodeDef (function arguments link nodes but are never assigned). Fusion groups never
-    leave a function body, so only the bodies a group reaching ``scope`` enters are matched (msopt.fusion)."""
+    lists only nodes with a NodeDef (function arguments link nodes but are never assigned).
+
+    Every link lies inside one function body or runs from a node of a body into the bodies it calls, and each linker
+    yields its links body by body in the view's order. So only the bodies a group reaching ``scope`` enters, with
+    every body calling them, are linked (each once per view): their links are those of the whole view, in its order,
+    less the groups that never reach ``scope``."""
     cache = _BY_VIEW.get(view)
     if cache is None or cache["size"] != len(view.nodes):
-        cache = _BY_VIEW[view] = {"size": len(view.nodes), "host": {}, "links": None, "fusion": {}, "groups": {}}
+        cache = _BY_VIEW[view] = {"size": len(view.nodes), "host": {}, "links": {}, "groups": {}, "bodies": None}
     if scope in cache["groups"]:
         return cache["groups"][scope]
     memo = cache["host"]
@@ -124,43 +127,63 @@ def view_constraints(view, scope=None):
             memo[key] = not view.nodes[key].virtual and is_host_only(view.nodes[key])
         return memo[key]
 
-    if cache["links"] is None:
-        linkers = (("colocation", colocation_links), ("resource", resource_links), ("frame", frame_links))
-        before = [
-            (a, b, kind) for kind, linker in linkers for a, b in linker(view) if not is_host(a) and not is_host(b)
-        ]
-        after = [(a, b, "xla") for a, b in xla_cluster_links(view) if not is_host(a) and not is_host(b)]
-        cache["links"] = (before, after, list(dict.fromkeys(n.function for n in view.nodes.values())))
-    before, after, functions = cache["links"]
-    active = set(functions) if scope is None else {view.nodes[k].function for k in scope}
+    if cache["bodies"] is None:
+        cache["bodies"] = _bodies(view)
+    bodies, callers = cache["bodies"]
+    nodes = view.nodes
+    active = _with_callers(set(bodies) if scope is None else {nodes[k].function for k in scope}, callers)
     while True:
-        fusion = _fusion_links(view, cache["fusion"], [f for f in functions if f in active], is_host)
-        found = link_groups(list(chain(before, fusion, after)))
+        found = link_groups(_links(view, cache["links"], [f for f in bodies if f in active], bodies, is_host))
         if scope is not None:
             found = [group for group in found if not scope.isdisjoint(group[0])]
-            grown = {view.nodes[k].function for keys, _ in found for k in keys}
+            grown = {nodes[k].function for keys, _ in found for k in keys}
             if not grown <= active:
-                active |= grown
+                active = _with_callers(active | grown, callers)
                 continue
         break
-    nodes = view.nodes
     groups = [(real, kinds) for keys, kinds in found if (real := [k for k in keys if not nodes[k].virtual])]
     host = {n.key for n in view.real_nodes() if is_host(n.key)} if scope is None else set(filter(is_host, scope))
     cache["groups"] = {scope: (host, groups)}  # the last scope only: the auto search asks for one
     return host, groups
 
 
-def _fusion_links(view, done, functions, is_host):
-    """The fusion links of ``functions`` (in order), each body matched once per view (``done``: function -> links)."""
+def _bodies(view):
+    """({function: its real nodes, in the view's order}, {function: the functions calling it})."""
+    bodies = {}
+    for node in view.nodes.values():
+        body = bodies.get(node.function)
+        if body is None:
+            body = bodies[node.function] = []
+        if node.proto is not None:
+            body.append(node)
+    callers = {name: {view.nodes[key].function for key in info.callers} for name, info in view.functions.items()}
+    return bodies, callers
+
+
+def _with_callers(functions, callers):
+    """``functions`` with every function calling one of them, transitively: a call links its body's nodes."""
+    pending = list(functions)
+    while pending:
+        for caller in callers.get(pending.pop(), ()):
+            if caller not in functions:
+                functions.add(caller)
+                pending.append(caller)
+    return functions
+
+
+def _links(view, done, functions, bodies, is_host):
+    """The links of ``functions`` (in the view's order), linker by linker: each link belongs to the body of its first
+    node, and each body is linked once per view (``done``: function -> its links, one list per linker)."""
     todo = [f for f in functions if f not in done]
     if todo:
-        wanted = set(todo)
-        found = {f: [] for f in todo}
-        for a, b in fusion_links(view, [n for n in view.real_nodes() if n.function in wanted]):
-            if not is_host(a) and not is_host(b):
-                found[view.nodes[a].function].append((a, b, "fusion"))
+        found = {f: tuple([] for _ in LINKERS) for f in todo}
+        members = [node for f in todo for node in bodies[f]]
+        for index, (kind, linker) in enumerate(LINKERS):
+            for a, b in linker(view, members):
+                if not is_host(a) and not is_host(b):
+                    found[view.nodes[a].function][index].append((a, b, kind))
         done.update(found)
-    return list(chain.from_iterable(done[f] for f in functions))
+    return [link for index in range(len(LINKERS)) for f in functions for link in done[f][index]]
 
 
 # -- host-only ops ------------------------------------------------------------------------------
@@ -201,9 +224,10 @@ def _drop(partition, host):
 
 
 # -- links: pairs of nodes that must share a stream --------------------------------------------
-def colocation_links(view):
-    """Members of one colocation group (``_class: loc:@name``) with the group's named node."""
-    for node in view.real_nodes():
+def colocation_links(view, nodes=None):
+    """Members of one colocation group (``_class: loc:@name``) with the group's named node (of ``nodes``: real
+    nodes of whole bodies, in the view's order; default every real node)."""
+    for node in view.real_nodes() if nodes is None else nodes:
         if "_class" not in node.proto.attr:
             continue
         for entry in node.proto.attr["_class"].list.s:
@@ -214,14 +238,15 @@ def colocation_links(view):
                     yield node.key, other
 
 
-def resource_links(view):
-    """A resource or reference producer with each consumer, through calls into function bodies."""
-    carriers = resource_carriers(view)
-    nodes = view.nodes
-    readers = {key for carrier in carriers for key in nodes[carrier].outputs}  # data or control consumers
-    position = {key: i for i, key in enumerate(nodes)} if readers else {}
-    for key in sorted(readers, key=position.__getitem__):  # in the view's order, as a scan of all nodes met them
-        node = nodes[key]
+def resource_links(view, nodes=None):
+    """A resource or reference producer with each consumer, through calls into function bodies (the consumers
+    among ``nodes``: real nodes of whole bodies, in the view's order; default every real node)."""
+    nodes = list(view.real_nodes()) if nodes is None else nodes
+    carriers = resource_carriers(view, nodes)
+    readers = {key for carrier in carriers for key in view.nodes[carrier].outputs}  # data or control consumers
+    for node in nodes if readers else ():  # in the view's order
+        if node.key not in readers:
+            continue
         callees = callee_arguments(view, node)
         for index, (src, _) in enumerate(node.inputs):
             if src not in carriers:
@@ -235,14 +260,19 @@ def resource_links(view):
                     yield src, args[index - offset]
 
 
-def resource_carriers(view):
-    """Keys of nodes whose output is a resource handle or a reference."""
+def resource_carriers(view, nodes=None):
+    """Keys of nodes whose output is a resource handle or a reference (of the bodies of ``nodes``: real nodes of whole
+    bodies; default every body)."""
+    nodes = list(view.real_nodes()) if nodes is None else nodes
     carriers = set()
-    for _name, info in view.functions.items():
+    for name in dict.fromkeys(node.function for node in nodes):  # a body without real nodes reads nothing
+        info = view.functions.get(name)
+        if info is None:
+            continue
         for key, arg in zip(info.args, info.proto.signature.input_arg):
             if arg.type == DT_RESOURCE or arg.type > REF_OFFSET or arg.is_ref:
                 carriers.add(key)
-    for node in view.real_nodes():
+    for node in nodes:
         if node.op in RESOURCE_PRODUCERS:
             carriers.add(node.key)
         elif node.op == "Placeholder":
@@ -288,10 +318,11 @@ def callee_arguments(view, node):
     return [(name, offset) for name in names if name in view.functions]
 
 
-def frame_links(view):
-    """Every node reached from a TF1 loop's Enter nodes before the matching Exit, with one Enter of that frame."""
+def frame_links(view, nodes=None):
+    """Every node reached from a TF1 loop's Enter nodes before the matching Exit, with one Enter of that frame
+    (the frames of ``nodes``: real nodes of whole bodies; default every real node)."""
     frames = defaultdict(list)  # (function, frame_name) -> Enter keys
-    for node in view.real_nodes():
+    for node in view.real_nodes() if nodes is None else nodes:
         if node.op in LOOP_ENTRY:
             frames[node.function, node.proto.attr["frame_name"].s].append(node.key)
     for enters in frames.values():
@@ -319,6 +350,16 @@ def fusion_links(view, nodes=None):
     for _, members in fusion_groups(view, nodes):
         for other in members[1:]:
             yield members[0], other
+
+
+# Every linker, in the order its links join: (kind, linker(view, nodes)), each yielding its links body by body.
+LINKERS = (
+    ("colocation", colocation_links),
+    ("resource", resource_links),
+    ("frame", frame_links),
+    ("fusion", fusion_links),
+    *(("xla", linker) for linker in XLA_LINKERS),
+)
 
 
 # -- moving each linked group to one stream ------------------------------------------------------

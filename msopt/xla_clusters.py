@@ -12,7 +12,9 @@ A cluster is recognized in each form TensorFlow writes it (attribute names from 
   the FunctionDef or on the call node, or an ``XlaLaunch`` of a function): the call with every
   node of the called body, nested calls included.
 
-``xla_cluster_links(view)`` yields the (a, b) pairs that msopt.constraints joins like any other link.
+``XLA_LINKERS`` yield the (a, b) pairs that msopt.constraints joins like any other link, each
+``linker(view, nodes)`` from the real nodes ``nodes`` (whole bodies, in the view's order) or from
+every real node.
 """
 
 from collections import defaultdict
@@ -27,15 +29,8 @@ def _flag(attrs, name):
     return name in attrs and attrs[name].WhichOneof("value") == "b" and attrs[name].b
 
 
-def xla_cluster_links(view):
-    """(key, key) pairs of nodes that XLA compiles together."""
-    yield from _compile_run_links(view)
-    yield from _attribute_links(view)
-    yield from _compiled_call_links(view)
-
-
-def _compile_run_links(view):
-    for node in view.real_nodes():
+def _compile_run_links(view, nodes=None):
+    for node in view.real_nodes() if nodes is None else nodes:
         if node.op not in COMPILE_OPS and node.op not in RUN_OPS:
             continue
         if node.op in COMPILE_OPS:
@@ -48,9 +43,9 @@ def _compile_run_links(view):
                     yield node.key, out
 
 
-def _attribute_links(view):
+def _attribute_links(view, nodes=None):
     clusters = defaultdict(list)
-    for node in view.real_nodes():
+    for node in view.real_nodes() if nodes is None else nodes:
         attrs = node.proto.attr
         if not attrs:
             continue
@@ -64,9 +59,13 @@ def _attribute_links(view):
             yield members[0], other
 
 
-def _compiled_call_links(view):
+def _compiled_call_links(view, nodes=None):
     compiled = [
-        (node, fn) for node in view.real_nodes() if node.calls for fn in node.calls if _must_compile(view, node, fn)
+        (node, fn)
+        for node in (view.real_nodes() if nodes is None else nodes)
+        if node.calls
+        for fn in node.calls
+        if _must_compile(view, node, fn)
     ]
     if not compiled:
         return
@@ -76,6 +75,10 @@ def _compiled_call_links(view):
     for node, fn in compiled:
         for member in _body_nodes(view, bodies, fn):
             yield node.key, member
+
+
+# The links of XLA clusters, in the order they join: (key, key) pairs of nodes that XLA compiles together.
+XLA_LINKERS = (_compile_run_links, _attribute_links, _compiled_call_links)
 
 
 def _must_compile(view, node, function):
