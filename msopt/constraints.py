@@ -21,6 +21,7 @@ Functional control flow (While, If, Case and their Stateless forms) needs no rul
 call is one node and its body functions are partitioned like any other function.
 """
 
+import functools
 import weakref
 from collections import Counter, defaultdict
 
@@ -117,7 +118,7 @@ def view_constraints(view, scope=None):
     less the groups that never reach ``scope``."""
     cache = _BY_VIEW.get(view)
     if cache is None or cache["size"] != len(view.nodes):
-        cache = _BY_VIEW[view] = {"size": len(view.nodes), "host": {}, "links": {}, "groups": {}, "bodies": None}
+        cache = _BY_VIEW[view] = {"size": len(view.nodes), "host": {}, "links": {}, "groups": {}, "callers": None}
     if scope in cache["groups"]:
         return cache["groups"][scope]
     memo = cache["host"]
@@ -127,10 +128,9 @@ def view_constraints(view, scope=None):
             memo[key] = not view.nodes[key].virtual and is_host_only(view.nodes[key])
         return memo[key]
 
-    if cache["bodies"] is None:
-        cache["bodies"] = _bodies(view)
-    bodies, callers = cache["bodies"]
-    nodes = view.nodes
+    if cache["callers"] is None:
+        cache["callers"] = _callers(view)
+    bodies, callers, nodes = view.bodies, cache["callers"], view.nodes
     active = _with_callers(set(bodies) if scope is None else {nodes[k].function for k in scope}, callers)
     while True:
         found = link_groups(_links(view, cache["links"], [f for f in bodies if f in active], bodies, is_host))
@@ -147,17 +147,9 @@ def view_constraints(view, scope=None):
     return host, groups
 
 
-def _bodies(view):
-    """({function: its real nodes, in the view's order}, {function: the functions calling it})."""
-    bodies = {}
-    for node in view.nodes.values():
-        body = bodies.get(node.function)
-        if body is None:
-            body = bodies[node.function] = []
-        if node.proto is not None:
-            body.append(node)
-    callers = {name: {view.nodes[key].function for key in info.callers} for name, info in view.functions.items()}
-    return bodies, callers
+def _callers(view):
+    """{function: the functions calling it}."""
+    return {name: {view.nodes[key].function for key in info.callers} for name, info in view.functions.items()}
 
 
 def _with_callers(functions, callers):
@@ -367,25 +359,25 @@ def share_streams(view, partition, groups, fallback=()):
     """Give every member of each linked group (``[(keys, kinds)]``, keys of real nodes) one stream: the one most
     of its consumers got."""
     merges = []
+    get = partition.get
     for real, kinds in groups:
         assigned = {k: partition[k] for k in real if k in partition}
         if not assigned:
             continue
-        stream = _vote(view, real, assigned, fallback)
-        if stream == 0 and all(s == 0 for s in assigned.values()):
-            continue  # nothing leaves stream 0; unassigned members keep their device
-        moved = sorted(k for k in real if partition.get(k, 0) != stream)
+        streams = set(assigned.values())
+        if len(streams) > 1:
+            stream = _vote(view, real, assigned, fallback)
+        else:
+            (stream,) = streams
+            if stream == 0 or len(assigned) == len(real):
+                continue  # nothing leaves stream 0 (unassigned members keep their device), or nothing moves
+        moved = sorted(k for k in real if get(k, 0) != stream)
         for key in real:
             partition[key] = stream
         if moved:
+            constraint, reason = _labels(frozenset(kinds))
             merges.append(
-                {
-                    "constraint": "+".join(sorted(kinds)),
-                    "stream": stream,
-                    "moved": moved,
-                    "group_size": len(real),
-                    "reason": _reason(kinds),
-                }
+                {"constraint": constraint, "stream": stream, "moved": moved, "group_size": len(real), "reason": reason}
             )
     return merges
 
@@ -423,12 +415,16 @@ def _consumes_for_model(view, key, members):
     )
 
 
-def _reason(kinds):
-    text = {
-        "colocation": "colocation group (_class loc:@)",
-        "resource": "resource/reference and its consumers",
-        "frame": "TF1 control-flow frame",
-        "fusion": "a group TensorFlow fuses into one kernel or sums on one device",
-        "xla": "an XLA cluster (compiled into one executable)",
-    }
-    return "; ".join(text[k] for k in sorted(kinds))
+_REASONS = {
+    "colocation": "colocation group (_class loc:@)",
+    "resource": "resource/reference and its consumers",
+    "frame": "TF1 control-flow frame",
+    "fusion": "a group TensorFlow fuses into one kernel or sums on one device",
+    "xla": "an XLA cluster (compiled into one executable)",
+}
+
+
+@functools.cache
+def _labels(kinds):
+    """(constraint, reason) of a merge record for a group linked by ``kinds`` (a frozenset)."""
+    return "+".join(sorted(kinds)), "; ".join(_REASONS[k] for k in sorted(kinds))

@@ -6,6 +6,7 @@ nodes so that edges from them are explicit; they carry no NodeDef and are never 
 """
 
 from collections import Counter
+from itertools import chain
 
 MAIN = ""  # the function name of the main graph
 STREAM_ATTR = "_stream_id"
@@ -82,6 +83,8 @@ class GraphView:
     def __init__(self, graph_def):
         self.nodes = {}
         self.functions = {}
+        self.bodies = {}  # function -> its real nodes, in the view's order (the main graph's first)
+        self._by_op = None  # op type -> its real nodes, in the view's order: made when first asked
         library = {f.signature.name: f for f in graph_def.library.function}
         self._add_graph(MAIN, graph_def.node, library)
         for name, fdef in library.items():
@@ -107,6 +110,7 @@ class GraphView:
                 node.calls = _called_functions(nd, library)
             self.nodes[key] = node
             added.append(node)
+        self.bodies.setdefault(function, []).extend(added)
         for node in added:
             for ref in node.proto.input:
                 if ref.startswith("^"):
@@ -132,8 +136,17 @@ class GraphView:
 
     # -- queries ---------------------------------------------------------------------------
     def real_nodes(self):
-        """Every node that has a NodeDef (what a partition assigns)."""
-        return (n for n in self.nodes.values() if n.proto is not None)
+        """Every node that has a NodeDef (what a partition assigns), in the view's order."""
+        return chain.from_iterable(self.bodies.values())
+
+    def of_ops(self, wanted):
+        """The real nodes whose op type ``wanted(op)`` accepts, in the view's order (one test per op type)."""
+        if self._by_op is None:
+            self._by_op = {}
+            for position, node in enumerate(self.real_nodes()):
+                self._by_op.setdefault(node.op, []).append((position, node))
+        found = [entries for op, entries in self._by_op.items() if wanted(op)]
+        return [node for _, node in sorted(chain.from_iterable(found), key=lambda entry: entry[0])]
 
     def edges(self):
         """Yield (source key, destination key, is_control) for every edge between nodes."""
@@ -145,9 +158,6 @@ class GraphView:
 
     def op_histogram(self):
         return Counter(n.op for n in self.real_nodes())
-
-    def nodes_of(self, function):
-        return [n for n in self.nodes.values() if n.function == function]
 
 
 def _called_functions(node_def, library):

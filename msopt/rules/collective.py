@@ -18,4 +18,4 @@ def collective(view, options):
     target = options.streams - 1 if options.collective.stream is None else options.collective.stream
     if options.streams < 2 or target == 0:
         return {}
-    return {node.key: target for node in view.real_nodes() if is_communication(node.op)}
+    return {node.key: target for node in view.of_ops(is_communication)}

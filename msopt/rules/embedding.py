@@ -57,7 +57,7 @@ def feature_subgraphs(view):
     """[set of node keys], one per feature, in the order the lookups appear."""
     owner = {}  # node key -> feature index
     groups = []
-    for node in view.real_nodes():
+    for node in view.of_ops(LOOKUP_OPS.__contains__):
         if not is_lookup(view, node) or node.key in owner:
             continue
         group = grow(view, {node.key}, owner)

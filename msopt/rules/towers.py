@@ -31,6 +31,8 @@ def named_towers(view):
     """{node key: tower index} from tower_<k> / replica_<k> name scopes (the innermost such scope)."""
     found = {}
     for node in view.real_nodes():
+        if "tower" not in node.name and "replica" not in node.name:  # what TOWER_SCOPE needs, tested cheaply
+            continue
         for part in reversed(node.name.split("/")[:-1]):
             match = TOWER_SCOPE.match(part)
             if match:
