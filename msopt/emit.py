@@ -40,14 +40,12 @@ def device_name(device_type, stream):
     return f"/device:{device_type.upper()}:{stream}"
 
 
-def rewrite_meta_graph(meta_graph, partition, placement="attr", device_type="gpu", const_copies=None):
-    """A copy of ``meta_graph`` carrying the partition; nodes outside it lose any _stream_id.
+def rewrite_meta_graph(out, partition, placement="attr", device_type="gpu", const_copies=None):
+    """``out`` (a MetaGraphDef, changed in place) made to carry the partition; nodes outside it lose any _stream_id.
 
     ``const_copies`` ({Const key: [streams]}, from msopt.const_copies) adds one copy of
     each listed Const per stream, consumed by that stream's nodes instead of the original.
     """
-    out = protos.MetaGraphDef()
-    out.CopyFrom(meta_graph)
     graph = out.graph_def
     _assign(graph.node, MAIN, partition, placement, device_type)
     for fdef in graph.library.function:
@@ -64,24 +62,32 @@ def copy_name(name, stream):
 
 
 def _copy_consts(graph, partition, copies, placement, device_type):
+    wanted_in = {}  # function -> {Const name: streams}
+    for key, streams in copies.items():
+        function, _, name = key.rpartition(":")  # node names hold no ':'
+        wanted_in.setdefault(function, {})[name] = streams
     bodies = [(MAIN, graph.node)] + [(f.signature.name, f.node_def) for f in graph.library.function]
     for function, node_defs in bodies:
-        originals = {nd.name: nd for nd in node_defs if node_key(function, nd.name) in copies}
-        if not originals:
+        wanted = wanted_in.get(function)
+        if not wanted:
             continue
-        wanted = {name: copies[node_key(function, name)] for name in originals}
+        prefix, originals = node_key(function, ""), {}
         for consumer in node_defs:
-            stream = partition.get(node_key(function, consumer.name))
+            name = consumer.name
+            if name in wanted:
+                originals[name] = consumer
+            stream = partition.get(prefix + name)
             if stream is None:
                 continue
-            for i, ref in enumerate(consumer.input):
+            inputs = consumer.input
+            for i, ref in enumerate(inputs):
                 source = ref.split(":")[0]
                 if stream in wanted.get(source, ()):
-                    consumer.input[i] = copy_name(source, stream) + ref[len(source) :]
-        for name, streams in wanted.items():  # a Const reads nothing: the original is unchanged above
-            for stream in streams:
+                    inputs[i] = copy_name(source, stream) + ref[len(source) :]
+        for name, original in originals.items():  # a Const reads nothing: the original is unchanged above
+            for stream in wanted[name]:
                 node = node_defs.add()
-                node.CopyFrom(originals[name])
+                node.CopyFrom(original)
                 node.name = copy_name(name, stream)
                 node.attr[STREAM_ATTR].i = stream
                 if placement == "device":
@@ -132,14 +138,13 @@ def write(model, partition, out, placement="attr", device_type="gpu", force=Fals
     """
     out = Path(out)
     check_output(model, out, force)
-    meta = rewrite_meta_graph(model.meta_graph, partition, placement, device_type, const_copies)
+    whole = model.copy()  # the file's message, rewritten in place: nothing copied twice
+    meta = whole.meta_graphs[model.index] if model.format == "saved_model" else whole
+    rewrite_meta_graph(meta, partition, placement, device_type, const_copies)
     with outputs.staged(out) as built:
         if model.format == "saved_model":
-            saved = protos.SavedModel(saved_model_schema_version=model.saved_model.saved_model_schema_version)
-            for index, meta_graph in enumerate(model.saved_model.meta_graphs):  # the rewritten one not copied twice
-                saved.meta_graphs.add().CopyFrom(meta if index == model.index else meta_graph)
             built.mkdir()
-            _write_saved_model(model, saved, built)
+            _write_saved_model(model, whole, built)
         else:
             message = meta if model.format == "meta_graph" else meta.graph_def
             data = protos.to_text(message).encode() if model.text else message.SerializeToString(deterministic=True)

@@ -30,6 +30,7 @@ class Model:
     tags: tuple = ()
     tag_sets: list = field(default_factory=list)
     index: int = 0  # position of meta_graph in saved_model.meta_graphs
+    data: bytes | None = field(default=None, repr=False)  # the binary file as read (None for text formats)
 
     @property
     def graph_def(self):
@@ -44,6 +45,18 @@ class Model:
     def is_tf2(self):
         """A TF2 SavedModel: it carries an object graph (functions, variables, signatures)."""
         return len(self.meta_graph.object_graph_def.nodes) > 0
+
+    def copy(self):
+        """A new copy of the whole file's message: the SavedModel, or the MetaGraphDef (a GraphDef wrapped in one).
+        Parsed again from the bytes read, which upb does in about half the time of copying the parsed message."""
+        whole = protos.SavedModel() if self.format == "saved_model" else protos.MetaGraphDef()
+        if self.data is None:
+            whole.CopyFrom(self.saved_model if self.format == "saved_model" else self.meta_graph)
+        elif self.format == "graph_def":
+            whole.graph_def.ParseFromString(self.data)
+        else:
+            whole.ParseFromString(self.data)
+        return whole
 
     @property
     def proto_file(self):
@@ -92,7 +105,8 @@ def _load_saved_model(path, tags):
         raise InputError(f"{path}: not a TensorFlow model: a directory needs saved_model.pb or saved_model.pbtxt")
     proto_file = found[0]
     text = proto_file.suffix == ".pbtxt"
-    saved = _parse(protos.SavedModel(), _read(proto_file), text, proto_file, "SavedModel")
+    data = _read(proto_file)
+    saved = _parse(protos.SavedModel(), data, text, proto_file, "SavedModel")
     if not saved.meta_graphs:
         raise InputError(f"{proto_file}: SavedModel holds no MetaGraph")
     tag_sets = [tuple(mg.meta_info_def.tags) for mg in saved.meta_graphs]
@@ -107,7 +121,8 @@ def _load_saved_model(path, tags):
         index = next((i for i, t in enumerate(tag_sets) if set(t) == set(wanted)), None)
         if index is None:
             raise InputError(f"{path}: no MetaGraph with tags '{','.join(wanted)}'; available: {_show(tag_sets)}")
-    return Model(path, "saved_model", text, saved.meta_graphs[index], saved, tag_sets[index], tag_sets, index)
+    binary = None if text else data
+    return Model(path, "saved_model", text, saved.meta_graphs[index], saved, tag_sets[index], tag_sets, index, binary)
 
 
 def _split_tags(tags):
@@ -127,14 +142,14 @@ def _load_graph_file(path):
     text = path.suffix in (".pbtxt", ".txt", ".prototxt")
     if path.suffix == ".meta" or (text and path.stem.endswith(".meta")):
         meta = _parse(protos.MetaGraphDef(), data, text, path, "MetaGraphDef")
-        return Model(path, "meta_graph", text, meta, tags=tuple(meta.meta_info_def.tags))
+        return Model(path, "meta_graph", text, meta, tags=tuple(meta.meta_info_def.tags), data=None if text else data)
     meta = protos.MetaGraphDef()
     _parse(meta.graph_def, data, text, path, "GraphDef")
     if not text and _looks_like_meta_graph(meta.graph_def):
         # A binary MetaGraphDef under another extension parses as a GraphDef of garbage.
         meta = _parse(protos.MetaGraphDef(), data, False, path, "MetaGraphDef")
-        return Model(path, "meta_graph", False, meta, tags=tuple(meta.meta_info_def.tags))
-    return Model(path, "graph_def", text, meta)
+        return Model(path, "meta_graph", False, meta, tags=tuple(meta.meta_info_def.tags), data=data)
+    return Model(path, "graph_def", text, meta, data=None if text else data)
 
 
 def _looks_like_meta_graph(graph_def):
