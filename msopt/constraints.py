@@ -133,7 +133,7 @@ def view_constraints(view, scope=None):
     bodies, callers, nodes = view.bodies, cache["callers"], view.nodes
     active = _with_callers(set(bodies) if scope is None else {nodes[k].function for k in scope}, callers)
     while True:
-        found = link_groups(_links(view, cache["links"], [f for f in bodies if f in active], bodies, is_host))
+        found = link_groups(_links(view, cache["links"], [f for f in bodies if f in active], bodies, is_host, memo))
         if scope is not None:
             found = [group for group in found if not scope.isdisjoint(group[0])]
             grown = {nodes[k].function for keys, _ in found for k in keys}
@@ -163,17 +163,25 @@ def _with_callers(functions, callers):
     return functions
 
 
-def _links(view, done, functions, bodies, is_host):
+def _links(view, done, functions, bodies, is_host, memo):
     """The links of ``functions`` (in the view's order), linker by linker: each link belongs to the body of its first
     node, and each body is linked once per view (``done``: function -> its links, one list per linker)."""
     todo = [f for f in functions if f not in done]
     if todo:
         found = {f: tuple([] for _ in LINKERS) for f in todo}
         members = [node for f in todo for node in bodies[f]]
+        nodes = view.nodes
         for index, (kind, linker) in enumerate(LINKERS):
-            for a, b in linker(view, members):
-                if not is_host(a) and not is_host(b):
-                    found[view.nodes[a].function][index].append((a, b, kind))
+            links = [
+                (a, b, kind)
+                for a, b in linker(view, members)
+                if not (memo[a] if a in memo else is_host(a)) and not (memo[b] if b in memo else is_host(b))
+            ]  # is_host memoizes in ``memo``: asked inline first, as most links meet known nodes
+            if len(todo) == 1:
+                found[todo[0]][index].extend(links)
+                continue
+            for link in links:
+                found[nodes[link[0]].function][index].append(link)
         done.update(found)
     return [link for index in range(len(LINKERS)) for f in functions for link in done[f][index]]
 

@@ -190,7 +190,8 @@ def fusion_groups(view, nodes=None):
     consumers = _data_consumers(nodes)
     present = frozenset(node.op for node in nodes)
     rooted = {op: _patterns_rooted_at(op, present) for op in present}
-    tree_ops = [_Kinds(group) for group in GROUPS]
+    joinable = _joinable(view, consumers)
+    forests = [(group.name, _tree_inputs(view, group, consumers, joinable)) for group in GROUPS]
     for node in nodes:
         for name, trees in rooted[node.op]:
             for tree in trees:
@@ -203,11 +204,9 @@ def fusion_groups(view, nodes=None):
             for other in consumers.get(grad, ()):
                 if view.nodes[other].op == "Conv2DBackpropFilter" and view.nodes[other].inputs[2][0] == grad:
                     yield "conv2d filter grad+bias grad (layout pass)", sorted({node.key, other})
-        for group, kinds in zip(GROUPS, tree_ops):
-            if node.op in kinds and not node.control_inputs:
-                members = _tree(view, node, group, consumers, kinds)
-                if len(members) > 1:
-                    yield group.name, sorted(members)
+        for name, inputs in forests:
+            if node.key in inputs:  # the root of a tree of two or more
+                yield name, sorted(_tree(node.key, inputs))
 
 
 def _patterns_rooted_at(op, present):
@@ -284,28 +283,48 @@ class _Kinds(dict):
         return self[op] is not None
 
 
-def _tree(view, root, group, consumers, kinds):
-    """The Add/AddN (or same-op) tree rooted at ``root`` that the arithmetic optimizer collapses:
-    members with one data consumer, no control edges (``root`` is of the group, without control inputs;
-    ``kinds``: msopt.fusion._Kinds of ``group``)."""
-    root_kind = kinds[root.op]
+def _tree_inputs(view, group, consumers, joinable):
+    """{node key: the inputs its tree takes in}, for the Add/AddN (or same-op) trees of ``group`` that the
+    arithmetic optimizer collapses: a node of the group without control inputs takes in each input of the group
+    (of its own op kind for a same-op group) that is ``joinable`` (msopt.fusion._joinable). Every input has at
+    most one such node, its only data consumer, so the trees are the subtrees of one forest, made once."""
+    kinds = _Kinds(group)
+    found = {}
     nodes = view.nodes
-    members, stack = {root.key}, [root]
+    for src in joinable:
+        kind = kinds[nodes[src].op]
+        if kind is None:
+            continue
+        parent = nodes[consumers[src][0]]
+        parent_kind = kinds[parent.op]
+        if parent_kind is None or parent.control_inputs or (group.same_op and kind != parent_kind):
+            continue
+        found.setdefault(parent.key, []).append(src)
+    return found
+
+
+def _joinable(view, consumers):
+    """Keys of the nodes a tree may take in: a NodeDef, no control edges, and one data consumer."""
+    nodes = view.nodes
+    return [
+        key
+        for key, users in consumers.items()
+        if len(users) == 1
+        and (node := nodes.get(key)) is not None
+        and node.proto is not None
+        and not node.control_inputs
+        and not _drives_control(view, node)
+    ]
+
+
+def _tree(root, inputs):
+    """The members of the tree rooted at ``root`` (``inputs``: from _tree_inputs)."""
+    members, stack = {root}, [root]
     while stack:
-        node = stack.pop()
-        for src, _ in node.inputs:
-            if src in members:
-                continue
-            child = nodes.get(src)
-            if child is None or child.proto is None or child.control_inputs:
-                continue
-            kind = kinds[child.op]
-            if kind is None or (group.same_op and kind != root_kind):
-                continue
-            if len(consumers.get(src, ())) != 1 or _drives_control(view, child):
-                continue
-            members.add(src)
-            stack.append(child)
+        for src in inputs.get(stack.pop(), ()):
+            if src not in members:
+                members.add(src)
+                stack.append(src)
     return members
 
 
