@@ -9,8 +9,8 @@ def const_copies(view, partition):
     Consts in a colocation group or under control dependencies stay single.
     """
     copies = {}
-    for node in view.real_nodes():
-        if node.op != "Const" or node.control_inputs or "_class" in node.proto.attr or is_host_only(node):
+    for node in view.of_ops("Const".__eq__):
+        if node.control_inputs or "_class" in node.proto.attr or is_host_only(node):
             continue
         own = partition.get(node.key, 0)
         wanted = sorted(

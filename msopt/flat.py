@@ -69,7 +69,7 @@ def opened_functions(view, node):
 
 def flatten_run(view, roots):
     """Inline every function call reached from ``roots`` (all main-graph nodes if None) into tasks."""
-    main = [n for n in view.nodes.values() if n.function == MAIN]
+    main = view.bodies.get(MAIN, [])  # the main graph has no arguments: its nodes are all real
     if roots is not None:
         needed, stack = set(), list(roots)
         while stack:

@@ -97,3 +97,13 @@ def test_many_per_layer_functions(mobilenet_v2):
     assert model.is_tf2
     assert len(view.functions) > 100
     assert sum(1 for n in view.real_nodes() if n.op == "Conv2D") >= 35
+
+
+def test_bodies_and_op_index_keep_the_views_order(sample_view):
+    """real_nodes walks the bodies (main graph first) in the view's order; of_ops picks from it by op type."""
+    _, view = sample_view("towers_tf2")
+    real = [n for n in view.nodes.values() if not n.virtual]
+    assert list(view.real_nodes()) == real
+    assert list(view.bodies) == list(dict.fromkeys(n.function for n in real))
+    for wanted in ({"Conv2D"}, {"Conv2D", "VarHandleOp", "ReadVariableOp"}, {"NoSuchOp"}):
+        assert view.of_ops(wanted.__contains__) == [n for n in real if n.op in wanted]
