@@ -181,6 +181,7 @@ GROUPS = (
           frozenset({"Mul", "Add", "AddV2"}), True, {"Pow": "Mul"}),
 )
 # fmt: on
+TREE_OPS = frozenset().union(*(group.ops | group.aliases.keys() for group in GROUPS))  # every op a tree may hold
 
 
 def fusion_groups(view, nodes=None):
@@ -304,13 +305,14 @@ def _tree_inputs(view, group, consumers, joinable):
 
 
 def _joinable(view, consumers):
-    """Keys of the nodes a tree may take in: a NodeDef, no control edges, and one data consumer."""
+    """Keys of the nodes a tree may take in: of a tree's op types, a NodeDef, no control edges, one data consumer."""
     nodes = view.nodes
     return [
         key
         for key, users in consumers.items()
         if len(users) == 1
         and (node := nodes.get(key)) is not None
+        and node.op in TREE_OPS
         and node.proto is not None
         and not node.control_inputs
         and not _drives_control(view, node)
