@@ -90,17 +90,18 @@ CASE_OPS = frozenset({"Case", "StatelessCase"})
 LOOP_ENTRY, LOOP_EXIT = frozenset({"Enter", "RefEnter"}), frozenset({"Exit", "RefExit"})
 
 
-def apply(view, partition, streams, options=None, scope=None):
+def apply(view, partition, streams, options=None, scope=None, records=True):
     """Enforce every constraint on ``partition``; returns (new partition, merge records). ``scope`` (a frozenset of
     keys, the partition's among them) names every node a plan of this view may assign: the auto search passes the
-    run's, so the linked groups are worked out once for all its candidates and only where they can reach."""
+    run's, so the linked groups are worked out once for all its candidates and only where they can reach. Without
+    ``records`` the moves are made but not listed (the auto search only simulates its candidates)."""
     partition = dict(partition)
     fallback = getattr(options, "fallback", None) or set()
     if scope is None or not scope.issuperset(partition):
         scope = frozenset(partition) if scope is None else scope | frozenset(partition)
     host, groups = view_constraints(view, scope)
     merges = _drop(partition, host)
-    merges += share_streams(view, partition, groups, fallback)
+    merges += share_streams(view, partition, groups, fallback, records)
     return partition, merges
 
 
@@ -363,9 +364,9 @@ LINKERS = (
 
 
 # -- moving each linked group to one stream ------------------------------------------------------
-def share_streams(view, partition, groups, fallback=()):
+def share_streams(view, partition, groups, fallback=(), records=True):
     """Give every member of each linked group (``[(keys, kinds)]``, keys of real nodes) one stream: the one most
-    of its consumers got."""
+    of its consumers got; returns a merge record per group moved (none without ``records``)."""
     merges = []
     get = partition.get
     for real, kinds in groups:
@@ -379,7 +380,7 @@ def share_streams(view, partition, groups, fallback=()):
             (stream,) = streams
             if stream == 0 or len(assigned) == len(real):
                 continue  # nothing leaves stream 0 (unassigned members keep their device), or nothing moves
-        moved = sorted(k for k in real if get(k, 0) != stream)
+        moved = sorted(k for k in real if get(k, 0) != stream) if records else None
         for key in real:
             partition[key] = stream
         if moved:

@@ -80,7 +80,7 @@ def _search(view, options, cost):
     for label, plan in candidates:
         plan = compact(plan)
         # Judge each plan as it will run: after the constraints (skipped on very large graphs, for time).
-        placed = plan if large else apply(view, plan, streams, scope=scope)[0]
+        placed = plan if large else apply(view, plan, streams, scope=scope, records=False)[0]
         result = simulate(view, placed, streams, cost)
         used = len(set(result.stream_of)) or 1
         scored.append((round(result.makespan_us, 6), used, result.syncs, len(scored), label, plan))
