@@ -143,7 +143,8 @@ def view_constraints(view, scope=None):
                 continue
         break
     groups = [(real, kinds) for keys, kinds in found if (real := [k for k in keys if not nodes[k].virtual])]
-    host = {n.key for n in view.real_nodes() if is_host(n.key)} if scope is None else set(filter(is_host, scope))
+    keys = (n.key for n in view.real_nodes()) if scope is None else scope
+    host = {k for k in keys if (memo[k] if k in memo else is_host(k))}  # the memo asked inline: most are known
     cache["groups"] = {scope: (host, groups)}  # the last scope only: the auto search asks for one
     return host, groups
 

@@ -40,7 +40,10 @@ RULE_CANDIDATES = {"chains": chains, "embedding": embedding, "towers": towers, "
 # Plans of no policy of their own, tried after the rules' (so a tie keeps the earlier candidate).
 EXTRA_CANDIDATES = {"chains over the minimum path cover": minimum_chains}
 COST_WEIGHTED = ("chains", "embedding")  # rules also tried with unit work per kernel instead of the cost model's times
-LARGE = 50_000  # beyond this many op instances: only one stream and the full-width list schedule, judged unconstrained
+# Beyond this many op instances: only one stream and the full-width list schedule, judged unconstrained. The full
+# set costs about twice the time on 1M-node synthetic graphs (bench/RESULTS.md), and there finds a plan simulated
+# 3.7x over one stream where the reduced set keeps one stream.
+LARGE = 1_000_000
 
 
 def search(view, options: RuleOptions, cost) -> RuleResult:
