@@ -142,11 +142,18 @@ class GraphView:
     def of_ops(self, wanted):
         """The real nodes whose op type ``wanted(op)`` accepts, in the view's order (one test per op type)."""
         if self._by_op is None:
-            self._by_op = {}
+            self._by_op = {}  # op -> (positions, nodes): two flat lists, not a tuple per node
             for position, node in enumerate(self.real_nodes()):
-                self._by_op.setdefault(node.op, []).append((position, node))
-        found = [entries for op, entries in self._by_op.items() if wanted(op)]
-        return [node for _, node in sorted(chain.from_iterable(found), key=lambda entry: entry[0])]
+                entry = self._by_op.get(node.op)
+                if entry is None:
+                    entry = self._by_op[node.op] = ([], [])
+                entry[0].append(position)
+                entry[1].append(node)
+        found = [entry for op, entry in self._by_op.items() if wanted(op)]
+        if len(found) == 1:
+            return list(found[0][1])
+        pairs = sorted(chain.from_iterable(zip(*entry) for entry in found), key=lambda pair: pair[0])
+        return [node for _, node in pairs]
 
     def edges(self):
         """Yield (source key, destination key, is_control) for every edge between nodes."""
