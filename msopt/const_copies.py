@@ -1,6 +1,6 @@
 """Which Const nodes get a copy per consuming stream (DeepRec's constant duplication): emit writes them."""
 
-from msopt.constraints import is_host_only
+from msopt.constraints import is_host
 
 
 def const_copies(view, partition):
@@ -9,17 +9,17 @@ def const_copies(view, partition):
     Consts in a colocation group or under control dependencies stay single.
     """
     copies = {}
+    get = partition.get
     for node in view.of_ops("Const".__eq__):
-        if node.control_inputs or "_class" in node.proto.attr or is_host_only(node):
+        if node.control_inputs:
             continue
-        own = partition.get(node.key, 0)
-        wanted = sorted(
-            {
-                partition[c]
-                for c in node.outputs
-                if c in partition and partition[c] != own and any(s == node.key for s, _ in view.nodes[c].inputs)
-            }
-        )
-        if wanted:
-            copies[node.key] = wanted
+        own = get(node.key, 0)
+        key = node.key
+        wanted = {
+            stream
+            for c in node.outputs
+            if (stream := get(c, own)) != own and any(s == key for s, _ in view.nodes[c].inputs)
+        }  # the partition first: the attributes below are read only for a Const other streams consume
+        if wanted and "_class" not in node.proto.attr and not is_host(view, key):
+            copies[key] = sorted(wanted)
     return copies

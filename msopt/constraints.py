@@ -108,6 +108,25 @@ def apply(view, partition, streams, options=None, scope=None, records=True):
 _BY_VIEW = weakref.WeakKeyDictionary()  # view -> what its constraints need, worked out on demand (the view alone)
 
 
+def _cache(view):
+    cache = _BY_VIEW.get(view)
+    if cache is None or cache["size"] != len(view.nodes):
+        cache = _BY_VIEW[view] = {"size": len(view.nodes), "host": {}, "links": {}, "groups": {}, "callers": None}
+    return cache
+
+
+def is_host(view, key):
+    """Whether the node ``key`` keeps its device (is_host_only), asked once per node and view."""
+    memo = _cache(view)["host"]
+    return memo[key] if key in memo else _ask_host(view, memo, key)
+
+
+def _ask_host(view, memo, key):
+    node = view.nodes[key]
+    memo[key] = answer = not node.virtual and is_host_only(node)
+    return answer
+
+
 def view_constraints(view, scope=None):
     """(host-only keys, [(linked keys, kinds)]): those of ``view`` in ``scope``, and every linked group with a node in it
     (None: every group), as the links of the whole view make it, in the order its first node was linked. A group
@@ -117,24 +136,17 @@ def view_constraints(view, scope=None):
     yields its links body by body in the view's order. So only the bodies a group reaching ``scope`` enters, with
     every body calling them, are linked (each once per view): their links are those of the whole view, in its order,
     less the groups that never reach ``scope``."""
-    cache = _BY_VIEW.get(view)
-    if cache is None or cache["size"] != len(view.nodes):
-        cache = _BY_VIEW[view] = {"size": len(view.nodes), "host": {}, "links": {}, "groups": {}, "callers": None}
+    cache = _cache(view)
     if scope in cache["groups"]:
         return cache["groups"][scope]
     memo = cache["host"]
-
-    def is_host(key):  # host-only nodes link to nothing: they keep their device
-        if key not in memo:
-            memo[key] = not view.nodes[key].virtual and is_host_only(view.nodes[key])
-        return memo[key]
-
+    host_of = functools.partial(_ask_host, view, memo)  # host-only nodes link to nothing: they keep their device
     if cache["callers"] is None:
         cache["callers"] = _callers(view)
     bodies, callers, nodes = view.bodies, cache["callers"], view.nodes
     active = _with_callers(set(bodies) if scope is None else {nodes[k].function for k in scope}, callers)
     while True:
-        found = link_groups(_links(view, cache["links"], [f for f in bodies if f in active], bodies, is_host, memo))
+        found = link_groups(_links(view, cache["links"], [f for f in bodies if f in active], bodies, host_of, memo))
         if scope is not None:
             found = [group for group in found if not scope.isdisjoint(group[0])]
             grown = {nodes[k].function for keys, _ in found for k in keys}
@@ -144,7 +156,7 @@ def view_constraints(view, scope=None):
         break
     groups = [(real, kinds) for keys, kinds in found if (real := [k for k in keys if not nodes[k].virtual])]
     keys = (n.key for n in view.real_nodes()) if scope is None else scope
-    host = {k for k in keys if (memo[k] if k in memo else is_host(k))}  # the memo asked inline: most are known
+    host = {k for k in keys if (memo[k] if k in memo else host_of(k))}  # the memo asked inline: most are known
     cache["groups"] = {scope: (host, groups)}  # the last scope only: the auto search asks for one
     return host, groups
 
@@ -165,7 +177,7 @@ def _with_callers(functions, callers):
     return functions
 
 
-def _links(view, done, functions, bodies, is_host, memo):
+def _links(view, done, functions, bodies, host_of, memo):
     """The links of ``functions`` (in the view's order), linker by linker: each link belongs to the body of its first
     node, and each body is linked once per view (``done``: function -> its links, one list per linker)."""
     todo = [f for f in functions if f not in done]
@@ -177,8 +189,8 @@ def _links(view, done, functions, bodies, is_host, memo):
             links = [
                 (a, b, kind)
                 for a, b in linker(view, members)
-                if not (memo[a] if a in memo else is_host(a)) and not (memo[b] if b in memo else is_host(b))
-            ]  # is_host memoizes in ``memo``: asked inline first, as most links meet known nodes
+                if not (memo[a] if a in memo else host_of(a)) and not (memo[b] if b in memo else host_of(b))
+            ]  # host_of fills ``memo``: asked inline first, as most links meet known nodes
             if len(todo) == 1:
                 found[todo[0]][index].extend(links)
                 continue
