@@ -138,8 +138,8 @@ def breakdown(path, streams):
     from msopt import cost as cost_module
     from msopt import emit, flat, shapes
     from msopt.api import _as_written, simulated_figures
-    from msopt.constraints import view_constraints
     from msopt.gc_pause import gc_paused
+    from msopt.links import view_constraints
     from msopt.load import open_model
     from msopt.partition import summarize
     from msopt.plan import PlanOptions, build_cost_model, make_plan

@@ -1,6 +1,6 @@
 """Which Const nodes get a copy per consuming stream (DeepRec's constant duplication): emit writes them."""
 
-from msopt.constraints import is_host
+from msopt.links import is_host
 
 
 def const_copies(view, partition):

@@ -2,92 +2,28 @@
 
 apply(view, partition, streams, options) -> (partition, merges): a new partition that
 TensorFlow places exactly as written and that computes the same thing, and one record per
-change made. Each constraint is one function below; ``apply`` composes them:
+change made. ``apply`` composes:
 
-- host_only: ops without a GPU kernel or with string outputs keep their device, no stream;
-- colocation_links: nodes of one colocation group (``_class: loc:@x``) share one stream;
-- resource_links: a resource or reference and every op consuming it share one stream,
-  followed through function calls into their bodies (TF2 captured variables);
-- frame_links: every node of a TF1 control-flow frame (Enter ... Exit) shares one stream;
-- fusion_links: a group TensorFlow fuses into one kernel (grappler's remapper, oneDNN's layout
-  pass) or regroups only on one device (the arithmetic optimizer's Add trees) shares one stream:
-  split, the fused node runs on one device whatever its parts said, or the group runs unfused
-  with other rounding (msopt.fusion has the patterns);
-- the XLA linkers (msopt.xla_clusters): the nodes of one XLA cluster share one stream;
+- msopt.host_only: ops without a GPU kernel or with string outputs keep their device, no stream;
+- msopt.links: the groups of nodes that must share one stream (colocation, resources, TF1
+  frames, fusion, XLA clusters), worked out once per view and scope;
 - share_streams: each linked group moves, whole, to the stream most of its consumers got;
 - (msopt.const_copies, used by emit, not a partition change: per-stream copies of Const nodes.)
-
-Functional control flow (While, If, Case and their Stateless forms) needs no rule here: the
-call is one node and its body functions are partitioned like any other function.
 """
 
 import functools
-import weakref
-from collections import Counter, defaultdict
+from collections import Counter
 
-from msopt.fusion import fusion_groups
-from msopt.graph import node_key
-from msopt.link_groups import link_groups
-from msopt.op_tables import CALL_OPS
-from msopt.xla_clusters import XLA_LINKERS
+from msopt.host_only import is_host_only
+from msopt.links import RESOURCE_PRODUCERS, view_constraints
 
-DT_STRING = 7
-DT_RESOURCE = 20
-REF_OFFSET = 100  # DataType values above 100 are reference types
-
-# Ops that have no GPU kernel in stock TensorFlow (or keep their outputs in host memory).
-# This list is maintained by hand: a CPU-only TensorFlow registers no GPU kernels, so
-# msopt cannot ask. Any op whose type or dtype attributes say "string" is host-only too.
-# fmt: off
-HOST_ONLY_OPS = frozenset({
-    # checkpoints and files
-    "SaveV2", "Save", "SaveSlices", "RestoreV2", "Restore", "RestoreSlice", "MergeV2Checkpoints",
-    "ShardedFilename", "ShardedFilespec", "ReadFile", "WriteFile", "MatchingFiles",
-    # string processing and parsing
-    "StaticRegexFullMatch", "StaticRegexReplace", "RegexFullMatch", "RegexReplace", "Substr",
-    "DecodeCSV", "DecodeRaw", "DecodeJSONExample", "ParseExample", "ParseExampleV2", "ParseSingleExample",
-    "ParseSequenceExample", "ParseSequenceExampleV2", "ParseSingleSequenceExample", "ParseTensor",
-    "SerializeTensor", "EncodeBase64", "DecodeBase64", "AsString", "ReduceJoin", "UnicodeDecode",
-    "UnicodeDecodeWithOffsets", "UnicodeEncode", "UnicodeScript", "UnicodeTranscode",
-    # hashing of strings into buckets
-    "StringToHashBucket", "StringToHashBucketFast", "StringToHashBucketStrong",
-    # lookup tables
-    "HashTable", "HashTableV2", "MutableHashTable", "MutableHashTableV2", "MutableHashTableOfTensors",
-    "MutableHashTableOfTensorsV2", "MutableDenseHashTable", "MutableDenseHashTableV2",
-    "AnonymousHashTable", "AnonymousMutableHashTable", "AnonymousMutableHashTableOfTensors",
-    "AnonymousMutableDenseHashTable", "LookupTableFind", "LookupTableFindV2", "LookupTableInsert",
-    "LookupTableInsertV2", "LookupTableImport", "LookupTableImportV2", "LookupTableExport",
-    "LookupTableExportV2", "LookupTableSize", "LookupTableSizeV2", "LookupTableRemoveV2",
-    "InitializeTable", "InitializeTableV2", "InitializeTableFromTextFile", "InitializeTableFromTextFileV2",
-    "InitializeTableFromDataset",
-    # ragged and sparse helpers without GPU kernels
-    "RaggedTensorToTensor", "RaggedTensorToSparse", "RaggedTensorFromVariant", "RaggedTensorToVariant",
-    "DenseBincount", "Bincount", "SparseSegmentSumWithNumSegments",
-    # summaries, printing, input pipelines
-    "Print", "PrintV2", "Assert", "ScalarSummary", "HistogramSummary", "ImageSummary", "MergeSummary",
-    "IteratorV2", "IteratorGetNext", "MakeIterator", "OneShotIterator",
-})
-STRING_ATTRS = ("T", "dtype", "out_type", "Tout", "DstT", "SrcT")
-
-RESOURCE_PRODUCERS = frozenset({
-    "VarHandleOp", "_VarHandlesOp", "VariableV2", "Variable", "TemporaryVariable",
-    "HashTable", "HashTableV2", "MutableHashTable", "MutableHashTableV2", "MutableHashTableOfTensors",
-    "MutableHashTableOfTensorsV2", "MutableDenseHashTable", "MutableDenseHashTableV2",
-})
-PASS_THROUGH_OPS = frozenset({
-    "Identity", "IdentityN", "RefIdentity", "Enter", "RefEnter", "Exit", "RefExit", "Switch", "RefSwitch",
-    "Merge", "RefMerge", "NextIteration", "RefNextIteration",
-})
 # Consumers that only manage a variable's life: they follow the group but do not choose its stream.
+# fmt: off
 BOOKKEEPING_OPS = frozenset({
     "VarIsInitializedOp", "IsVariableInitialized", "DisableCopyOnRead", "DestroyResourceOp",
     "Assign", "AssignVariableOp",
 })
-IF_OPS = frozenset({"If", "StatelessIf"})
-WHILE_OPS = frozenset({"While", "StatelessWhile"})
-CASE_OPS = frozenset({"Case", "StatelessCase"})
 # fmt: on
-LOOP_ENTRY, LOOP_EXIT = frozenset({"Enter", "RefEnter"}), frozenset({"Exit", "RefExit"})
 
 
 def apply(view, partition, streams, options=None, scope=None, records=True):
@@ -105,121 +41,6 @@ def apply(view, partition, streams, options=None, scope=None, records=True):
     return partition, merges
 
 
-_BY_VIEW = weakref.WeakKeyDictionary()  # view -> what its constraints need, worked out on demand (the view alone)
-
-
-def _cache(view):
-    cache = _BY_VIEW.get(view)
-    if cache is None or cache["size"] != len(view.nodes):
-        cache = _BY_VIEW[view] = {"size": len(view.nodes), "host": {}, "links": {}, "groups": {}, "callers": None}
-    return cache
-
-
-def is_host(view, key):
-    """Whether the node ``key`` keeps its device (is_host_only), asked once per node and view."""
-    memo = _cache(view)["host"]
-    return memo[key] if key in memo else _ask_host(view, memo, key)
-
-
-def _ask_host(view, memo, key):
-    node = view.nodes[key]
-    memo[key] = answer = not node.virtual and is_host_only(node)
-    return answer
-
-
-def view_constraints(view, scope=None):
-    """(host-only keys, [(linked keys, kinds)]): those of ``view`` in ``scope``, and every linked group with a node in it
-    (None: every group), as the links of the whole view make it, in the order its first node was linked. A group
-    lists only nodes with a NodeDef (function arguments link nodes but are never assigned).
-
-    Every link lies inside one function body or runs from a node of a body into the bodies it calls, and each linker
-    yields its links body by body in the view's order. So only the bodies a group reaching ``scope`` enters, with
-    every body calling them, are linked (each once per view): their links are those of the whole view, in its order,
-    less the groups that never reach ``scope``."""
-    cache = _cache(view)
-    if scope in cache["groups"]:
-        return cache["groups"][scope]
-    memo = cache["host"]
-    host_of = functools.partial(_ask_host, view, memo)  # host-only nodes link to nothing: they keep their device
-    if cache["callers"] is None:
-        cache["callers"] = _callers(view)
-    bodies, callers, nodes = view.bodies, cache["callers"], view.nodes
-    active = _with_callers(set(bodies) if scope is None else {nodes[k].function for k in scope}, callers)
-    while True:
-        found = link_groups(_links(view, cache["links"], [f for f in bodies if f in active], bodies, host_of, memo))
-        if scope is not None:
-            found = [group for group in found if not scope.isdisjoint(group[0])]
-            grown = {nodes[k].function for keys, _ in found for k in keys}
-            if not grown <= active:
-                active = _with_callers(active | grown, callers)
-                continue
-        break
-    groups = [(real, kinds) for keys, kinds in found if (real := [k for k in keys if not nodes[k].virtual])]
-    keys = (n.key for n in view.real_nodes()) if scope is None else scope
-    host = {k for k in keys if (memo[k] if k in memo else host_of(k))}  # the memo asked inline: most are known
-    cache["groups"] = {scope: (host, groups)}  # the last scope only: the auto search asks for one
-    return host, groups
-
-
-def _callers(view):
-    """{function: the functions calling it}."""
-    return {name: {view.nodes[key].function for key in info.callers} for name, info in view.functions.items()}
-
-
-def _with_callers(functions, callers):
-    """``functions`` with every function calling one of them, transitively: a call links its body's nodes."""
-    pending = list(functions)
-    while pending:
-        for caller in callers.get(pending.pop(), ()):
-            if caller not in functions:
-                functions.add(caller)
-                pending.append(caller)
-    return functions
-
-
-def _links(view, done, functions, bodies, host_of, memo):
-    """The links of ``functions`` (in the view's order), linker by linker: each link belongs to the body of its first
-    node, and each body is linked once per view (``done``: function -> its links, one list per linker)."""
-    todo = [f for f in functions if f not in done]
-    if todo:
-        found = {f: tuple([] for _ in LINKERS) for f in todo}
-        members = [node for f in todo for node in bodies[f]]
-        nodes = view.nodes
-        for index, (kind, linker) in enumerate(LINKERS):
-            links = [
-                (a, b, kind)
-                for a, b in linker(view, members)
-                if not (memo[a] if a in memo else host_of(a)) and not (memo[b] if b in memo else host_of(b))
-            ]  # host_of fills ``memo``: asked inline first, as most links meet known nodes
-            if len(todo) == 1:
-                found[todo[0]][index].extend(links)
-                continue
-            for link in links:
-                found[nodes[link[0]].function][index].append(link)
-        done.update(found)
-    return [link for index in range(len(LINKERS)) for f in functions for link in done[f][index]]
-
-
-# -- host-only ops ------------------------------------------------------------------------------
-def host_only(view):
-    """Keys of the nodes that must keep their device: no GPU kernel, or string-typed."""
-    return {n.key for n in view.real_nodes() if is_host_only(n)}
-
-
-def is_host_only(node):
-    op = node.op
-    if op in HOST_ONLY_OPS or "String" in op:
-        return True
-    attr = node.proto.attr  # a new map wrapper on each access
-    for name in STRING_ATTRS:
-        if name in attr:
-            value = attr[name]
-            kind = value.WhichOneof("value")  # reading .list of another kind would build an empty one
-            if (kind == "type" and value.type == DT_STRING) or (kind == "list" and DT_STRING in value.list.type):
-                return True
-    return False
-
-
 def _drop(partition, host):
     removed = sorted(key for key in host if key in partition)
     for key in removed:
@@ -235,145 +56,6 @@ def _drop(partition, host):
             "reason": "no GPU kernel or string data: keeps its device, no stream",
         }
     ]
-
-
-# -- links: pairs of nodes that must share a stream --------------------------------------------
-def colocation_links(view, nodes=None):
-    """Members of one colocation group (``_class: loc:@name``) with the group's named node (of ``nodes``: real
-    nodes of whole bodies, in the view's order; default every real node)."""
-    for node in view.real_nodes() if nodes is None else nodes:
-        if "_class" not in node.proto.attr:
-            continue
-        for entry in node.proto.attr["_class"].list.s:
-            entry = entry.decode(errors="replace")
-            if entry.startswith("loc:@"):
-                other = node_key(node.function, entry[len("loc:@") :])
-                if other in view.nodes and other != node.key:
-                    yield node.key, other
-
-
-def resource_links(view, nodes=None):
-    """A resource or reference producer with each consumer, through calls into function bodies (the consumers
-    among ``nodes``: real nodes of whole bodies, in the view's order; default every real node)."""
-    nodes = list(view.real_nodes()) if nodes is None else nodes
-    carriers = resource_carriers(view, nodes)
-    readers = {key for carrier in carriers for key in view.nodes[carrier].outputs}  # data or control consumers
-    for node in nodes if readers else ():  # in the view's order
-        if node.key not in readers:
-            continue
-        callees = callee_arguments(view, node)
-        for index, (src, _) in enumerate(node.inputs):
-            if src not in carriers:
-                continue
-            if callees is None:
-                yield src, node.key
-                continue
-            for function, offset in callees:  # a call: the body's argument joins, not the call
-                args = view.functions[function].args
-                if 0 <= index - offset < len(args):
-                    yield src, args[index - offset]
-
-
-def resource_carriers(view, nodes=None):
-    """Keys of nodes whose output is a resource handle or a reference (of the bodies of ``nodes``: real nodes of whole
-    bodies; default every body)."""
-    nodes = list(view.real_nodes()) if nodes is None else nodes
-    carriers = set()
-    for name in dict.fromkeys(node.function for node in nodes):  # a body without real nodes reads nothing
-        info = view.functions.get(name)
-        if info is None:
-            continue
-        for key, arg in zip(info.args, info.proto.signature.input_arg):
-            if arg.type == DT_RESOURCE or arg.type > REF_OFFSET or arg.is_ref:
-                carriers.add(key)
-    for node in nodes:
-        if node.op in RESOURCE_PRODUCERS:
-            carriers.add(node.key)
-        elif node.op == "Placeholder":
-            dtype = node.proto.attr["dtype"].type if "dtype" in node.proto.attr else 0
-            if dtype == DT_RESOURCE or dtype > REF_OFFSET:
-                carriers.add(node.key)
-    frontier = list(carriers)
-    while frontier:  # resources flow on through Identity, Enter, Switch, Merge, ...
-        key = frontier.pop()
-        for consumer in view.nodes[key].outputs:
-            node = view.nodes[consumer]
-            if _passes_handle(node) and consumer not in carriers and any(s == key for s, _ in node.inputs):
-                carriers.add(consumer)
-                frontier.append(consumer)
-    return carriers
-
-
-def _passes_handle(node):
-    """A pass-through op forwarding a handle: a Ref* op or one typed DT_RESOURCE (Identity of a ref reads it)."""
-    if node.op not in PASS_THROUGH_OPS:
-        return False
-    if node.op.startswith("Ref"):
-        return True
-    attr = node.proto.attr
-    return "T" in attr and (attr["T"].type == DT_RESOURCE or DT_RESOURCE in attr["T"].list.type)
-
-
-def callee_arguments(view, node):
-    """[(function, offset)]: data input i of a call node is argument i - offset; None if not a call."""
-    if node.op in view.functions:
-        return [(node.op, 0)]
-    attrs = node.proto.attr
-    if node.op in CALL_OPS:
-        names, offset = [attrs["f"].func.name], 0
-    elif node.op in WHILE_OPS:
-        names, offset = [attrs["cond"].func.name, attrs["body"].func.name], 0
-    elif node.op in IF_OPS:
-        names, offset = [attrs["then_branch"].func.name, attrs["else_branch"].func.name], 1
-    elif node.op in CASE_OPS:
-        names, offset = [f.name for f in attrs["branches"].list.func], 1
-    else:
-        return None
-    return [(name, offset) for name in names if name in view.functions]
-
-
-def frame_links(view, nodes=None):
-    """Every node reached from a TF1 loop's Enter nodes before the matching Exit, with one Enter of that frame
-    (the frames of ``nodes``: real nodes of whole bodies; default every real node)."""
-    frames = defaultdict(list)  # (function, frame_name) -> Enter keys
-    for node in view.real_nodes() if nodes is None else nodes:
-        if node.op in LOOP_ENTRY:
-            frames[node.function, node.proto.attr["frame_name"].s].append(node.key)
-    for enters in frames.values():
-        first = enters[0]
-        seen = set(enters)
-        for key in enters[1:]:
-            yield first, key
-        stack = [(key, 1) for key in enters]
-        while stack:
-            key, depth = stack.pop()
-            for consumer in view.nodes[key].outputs:
-                if consumer in seen:
-                    continue
-                seen.add(consumer)
-                yield first, consumer
-                op = view.nodes[consumer].op
-                inner = depth + (op in LOOP_ENTRY) - (op in LOOP_EXIT)
-                if inner > 0:
-                    stack.append((consumer, inner))
-
-
-def fusion_links(view, nodes=None):
-    """Each group TensorFlow fuses into one kernel or regroups on one device (msopt.fusion), linked; only the
-    groups rooted at ``nodes`` (whole function bodies) if given."""
-    for _, members in fusion_groups(view, nodes):
-        for other in members[1:]:
-            yield members[0], other
-
-
-# Every linker, in the order its links join: (kind, linker(view, nodes)), each yielding its links body by body.
-LINKERS = (
-    ("colocation", colocation_links),
-    ("resource", resource_links),
-    ("frame", frame_links),
-    ("fusion", fusion_links),
-    *(("xla", linker) for linker in XLA_LINKERS),
-)
 
 
 # -- moving each linked group to one stream ------------------------------------------------------

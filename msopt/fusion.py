@@ -24,6 +24,8 @@ keeping it on one stream is then harmless.
 from collections import defaultdict, namedtuple
 from itertools import permutations
 
+from msopt.graph import reach
+
 PASS_THROUGH = frozenset(
     {"Identity", "StopGradient", "PreventGradient", "Snapshot"}
 )  # removed before the remapper runs
@@ -207,7 +209,7 @@ def fusion_groups(view, nodes=None):
                     yield "conv2d filter grad+bias grad (layout pass)", sorted({node.key, other})
         for name, inputs in forests:
             if node.key in inputs:  # the root of a tree of two or more
-                yield name, sorted(_tree(node.key, inputs))
+                yield name, sorted(reach({node.key}, inputs))
 
 
 def _patterns_rooted_at(op, present):
@@ -317,17 +319,6 @@ def _joinable(view, consumers):
         and not node.control_inputs
         and not _drives_control(view, node)
     ]
-
-
-def _tree(root, inputs):
-    """The members of the tree rooted at ``root`` (``inputs``: from _tree_inputs)."""
-    members, stack = {root}, [root]
-    while stack:
-        for src in inputs.get(stack.pop(), ()):
-            if src not in members:
-                members.add(src)
-                stack.append(src)
-    return members
 
 
 def _drives_control(view, node):

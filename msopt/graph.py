@@ -167,6 +167,19 @@ class GraphView:
         return Counter(n.op for n in self.real_nodes())
 
 
+def reach(found, edges):
+    """``found`` (a set, grown in place and returned) with everything reachable from it through ``edges`` (a dict:
+    key -> keys). Written out here: the graphs it walks are small dicts of keys, where building a scipy matrix
+    would cost more than the walk."""
+    pending = list(found)
+    while pending:
+        for other in edges.get(pending.pop(), ()):
+            if other not in found:
+                found.add(other)
+                pending.append(other)
+    return found
+
+
 def _called_functions(node_def, library):
     called = []
     if node_def.op in library:

@@ -12,7 +12,7 @@ A cluster is recognized in each form TensorFlow writes it (attribute names from 
   the FunctionDef or on the call node, or an ``XlaLaunch`` of a function): the call with every
   node of the called body, nested calls included.
 
-``XLA_LINKERS`` yield the (a, b) pairs that msopt.constraints joins like any other link, each
+``XLA_LINKERS`` yield the (a, b) pairs that msopt.links joins like any other link, each
 ``linker(view, nodes)`` from the real nodes ``nodes`` (whole bodies, in the view's order) or from
 every real node.
 """

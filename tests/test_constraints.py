@@ -13,8 +13,9 @@ from conftest import SAMPLES
 
 from msopt import emit
 from msopt.const_copies import const_copies
-from msopt.constraints import apply, host_only, is_host_only
+from msopt.constraints import apply
 from msopt.graph import GraphView
+from msopt.host_only import host_only, is_host_only
 from msopt.load import load
 
 pytestmark = pytest.mark.tf

@@ -78,7 +78,7 @@ def test_rules_import_neither_constraints_simulate_nor_cost():
     ]
     assert rules
     for name in rules:
-        assert not graph[name] & {"msopt.constraints", "msopt.simulate", "msopt.cost"}, name
+        assert not graph[name] & {"msopt.constraints", "msopt.links", "msopt.simulate", "msopt.cost"}, name
 
 
 def test_the_auto_search_does_not_call_back_into_the_policy_registry():
