@@ -107,3 +107,15 @@ def test_bodies_and_op_index_keep_the_views_order(sample_view):
     assert list(view.bodies) == list(dict.fromkeys(n.function for n in real))
     for wanted in ({"Conv2D"}, {"Conv2D", "VarHandleOp", "ReadVariableOp"}, {"NoSuchOp"}):
         assert view.of_ops(wanted.__contains__) == [n for n in real if n.op in wanted]
+
+
+@pytest.mark.parametrize("name", ["linreg_tf2", "linreg_frozen.pb", "linreg_frozen.pbtxt", "towers_tf1.meta"])
+def test_a_copy_is_the_whole_file_again_and_apart_from_the_model(sample_view, name):
+    """emit rewrites model.copy() in place: it must equal the file's message and leave the loaded model alone."""
+    model, _ = sample_view(name)
+    whole = model.copy()
+    loaded = model.saved_model if model.format == "saved_model" else model.meta_graph
+    assert whole == loaded and whole is not loaded
+    graph = whole.meta_graphs[model.index].graph_def if model.format == "saved_model" else whole.graph_def
+    graph.node[0].name = "changed"
+    assert model.graph_def.node[0].name != "changed"
