@@ -120,24 +120,19 @@ def _links(view, done, functions, bodies, host_of, memo):
         members = [node for f in todo for node in bodies[f]]
         nodes = view.nodes
         for index, (kind, linker) in enumerate(LINKERS):
-            links = [
-                (a, b, kind)
-                for a, b in linker(view, members)
-                if not (memo[a] if a in memo else host_of(a)) and not (memo[b] if b in memo else host_of(b))
-            ]  # host_of fills ``memo``: asked inline first, as most links meet known nodes
-            if len(todo) == 1:
-                found[todo[0]][index].extend(links)
-                continue
-            for link in links:
-                found[nodes[link[0]].function][index].append(link)
+            for a, b in linker(
+                view, members
+            ):  # host_of fills ``memo``: asked inline first, most links meet known nodes
+                if not (memo[a] if a in memo else host_of(a)) and not (memo[b] if b in memo else host_of(b)):
+                    found[nodes[a].function][index].append((a, b, kind))
         done.update(found)
     return [link for index in range(len(LINKERS)) for f in functions for link in done[f][index]]
 
 
-def colocation_links(view, nodes=None):
+def colocation_links(view, nodes):
     """Members of one colocation group (``_class: loc:@name``) with the group's named node (of ``nodes``: real
-    nodes of whole bodies, in the view's order; default every real node)."""
-    for node in view.real_nodes() if nodes is None else nodes:
+    nodes of whole bodies, in the view's order)."""
+    for node in nodes:
         if "_class" not in node.proto.attr:
             continue
         for entry in node.proto.attr["_class"].list.s:
@@ -148,10 +143,9 @@ def colocation_links(view, nodes=None):
                     yield node.key, other
 
 
-def resource_links(view, nodes=None):
+def resource_links(view, nodes):
     """A resource or reference producer with each consumer, through calls into function bodies (the consumers
-    among ``nodes``: real nodes of whole bodies, in the view's order; default every real node)."""
-    nodes = list(view.real_nodes()) if nodes is None else nodes
+    among ``nodes``: real nodes of whole bodies, in the view's order)."""
     carriers = resource_carriers(view, nodes)
     readers = {key for carrier in carriers for key in view.nodes[carrier].outputs}  # data or control consumers
     for node in nodes if readers else ():  # in the view's order
@@ -170,10 +164,9 @@ def resource_links(view, nodes=None):
                     yield src, args[index - offset]
 
 
-def resource_carriers(view, nodes=None):
+def resource_carriers(view, nodes):
     """Keys of nodes whose output is a resource handle or a reference (of the bodies of ``nodes``: real nodes of whole
-    bodies; default every body)."""
-    nodes = list(view.real_nodes()) if nodes is None else nodes
+    bodies)."""
     carriers = set()
     for name in dict.fromkeys(node.function for node in nodes):  # a body without real nodes reads nothing
         info = view.functions.get(name)
@@ -228,11 +221,11 @@ def callee_arguments(view, node):
     return [(name, offset) for name in names if name in view.functions]
 
 
-def frame_links(view, nodes=None):
+def frame_links(view, nodes):
     """Every node reached from a TF1 loop's Enter nodes before the matching Exit, with one Enter of that frame
-    (the frames of ``nodes``: real nodes of whole bodies; default every real node)."""
+    (the frames of ``nodes``: real nodes of whole bodies)."""
     frames = defaultdict(list)  # (function, frame_name) -> Enter keys
-    for node in view.real_nodes() if nodes is None else nodes:
+    for node in nodes:
         if node.op in LOOP_ENTRY:
             frames[node.function, node.proto.attr["frame_name"].s].append(node.key)
     for enters in frames.values():
@@ -254,9 +247,9 @@ def frame_links(view, nodes=None):
                     stack.append((consumer, inner))
 
 
-def fusion_links(view, nodes=None):
-    """Each group TensorFlow fuses into one kernel or regroups on one device (msopt.fusion), linked; only the
-    groups rooted at ``nodes`` (whole function bodies) if given."""
+def fusion_links(view, nodes):
+    """Each group TensorFlow fuses into one kernel or regroups on one device (msopt.fusion) rooted at ``nodes``
+    (real nodes of whole bodies), linked."""
     for _, members in fusion_groups(view, nodes):
         for other in members[1:]:
             yield members[0], other

@@ -13,8 +13,7 @@ A cluster is recognized in each form TensorFlow writes it (attribute names from 
   node of the called body, nested calls included.
 
 ``XLA_LINKERS`` yield the (a, b) pairs that msopt.links joins like any other link, each
-``linker(view, nodes)`` from the real nodes ``nodes`` (whole bodies, in the view's order) or from
-every real node.
+``linker(view, nodes)`` from the real nodes ``nodes`` (whole bodies, in the view's order).
 """
 
 from collections import defaultdict
@@ -29,8 +28,8 @@ def _flag(attrs, name):
     return name in attrs and attrs[name].WhichOneof("value") == "b" and attrs[name].b
 
 
-def _compile_run_links(view, nodes=None):
-    for node in view.real_nodes() if nodes is None else nodes:
+def _compile_run_links(view, nodes):
+    for node in nodes:
         if node.op not in COMPILE_OPS and node.op not in RUN_OPS:
             continue
         if node.op in COMPILE_OPS:
@@ -43,9 +42,9 @@ def _compile_run_links(view, nodes=None):
                     yield node.key, out
 
 
-def _attribute_links(view, nodes=None):
+def _attribute_links(view, nodes):
     clusters = defaultdict(list)
-    for node in view.real_nodes() if nodes is None else nodes:
+    for node in nodes:
         attrs = node.proto.attr
         if not attrs:
             continue
@@ -59,21 +58,10 @@ def _attribute_links(view, nodes=None):
             yield members[0], other
 
 
-def _compiled_call_links(view, nodes=None):
-    compiled = [
-        (node, fn)
-        for node in (view.real_nodes() if nodes is None else nodes)
-        if node.calls
-        for fn in node.calls
-        if _must_compile(view, node, fn)
-    ]
-    if not compiled:
-        return
-    bodies = defaultdict(list)
-    for node in view.real_nodes():
-        bodies[node.function].append(node.key)
+def _compiled_call_links(view, nodes):
+    compiled = [(node, fn) for node in nodes if node.calls for fn in node.calls if _must_compile(view, node, fn)]
     for node, fn in compiled:
-        for member in _body_nodes(view, bodies, fn):
+        for member in _body_nodes(view, fn):
             yield node.key, member
 
 
@@ -88,7 +76,7 @@ def _must_compile(view, node, function):
     return info is not None and _flag(info.proto.attr, MUST_COMPILE)
 
 
-def _body_nodes(view, bodies, function):
+def _body_nodes(view, function):
     """Every node of ``function`` and of the functions it calls, each body once."""
     seen, pending, members = set(), [function], []
     while pending:
@@ -96,7 +84,7 @@ def _body_nodes(view, bodies, function):
         if fn in seen:
             continue
         seen.add(fn)
-        for key in bodies.get(fn, ()):
-            members.append(key)
-            pending.extend(view.nodes[key].calls)
+        for node in view.bodies.get(fn, ()):
+            members.append(node.key)
+            pending.extend(node.calls)
     return members
