@@ -172,7 +172,7 @@ def breakdown(path, streams):
             auto, "run_rule", lambda name, v, o, c: f"auto: policy {name}" + (" unit costs" if c is None else "")
         ),
         "apply": clock.wrap(auto, "apply", lambda *a, **k: "auto: constraints per candidate"),
-        "simulate": clock.wrap(auto, "simulate", lambda *a, **k: "auto: simulations"),
+        "simulate_streams": clock.wrap(auto, "simulate_streams", lambda *a, **k: "auto: simulations"),
     }
     try:
         options = PlanOptions(streams=streams)

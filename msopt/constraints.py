@@ -65,19 +65,20 @@ def share_streams(view, partition, groups, fallback=(), records=True):
     merges = []
     get = partition.get
     for real, kinds in groups:
-        assigned = {k: partition[k] for k in real if k in partition}
-        if not assigned:
-            continue
-        streams = set(assigned.values())
+        streams = set(map(get, real))  # None: a member the partition leaves out
+        unassigned = None in streams
+        if unassigned:
+            streams.discard(None)
         if len(streams) > 1:
-            stream = _vote(view, real, assigned, fallback)
+            stream = _vote(view, real, {k: partition[k] for k in real if k in partition}, fallback)
+        elif not streams:
+            continue
         else:
             (stream,) = streams
-            if stream == 0 or len(assigned) == len(real):
+            if stream == 0 or not unassigned:
                 continue  # nothing leaves stream 0 (unassigned members keep their device), or nothing moves
         moved = sorted(k for k in real if get(k, 0) != stream) if records else None
-        for key in real:
-            partition[key] = stream
+        partition.update(dict.fromkeys(real, stream))
         if moved:
             constraint, reason = _labels(frozenset(kinds))
             merges.append(

@@ -26,9 +26,9 @@ class Node:
         self.function = function  # enclosing function name, MAIN for the main graph
         self.proto = proto  # the NodeDef, None for a virtual _Arg
         self.inputs = []  # data inputs: (source key, output index or name) in input order
-        self.control_inputs = []  # keys
+        self.control_inputs = ()  # keys (a list once there is one: most nodes share this empty tuple)
         self.outputs = []  # keys of data and control consumers
-        self.calls = []  # names of library functions this node calls
+        self.calls = ()  # names of library functions this node calls (a list if any)
 
     @property
     def virtual(self):
@@ -102,27 +102,33 @@ class GraphView:
                 self.functions[fn].callers.append(node.key)
 
     def _add_graph(self, function, node_defs, library):
-        added = []
+        # One string object per name and op type: a view of a million nodes holds each once (keys, names, op types
+        # and edge sources share them), not a copy per reading of the proto.
+        added, nodes, ops = [], self.nodes, {}
         for nd in node_defs:
-            key = node_key(function, nd.name)
-            node = Node(key, nd.name, nd.op, function, nd)
+            name, op = nd.name, nd.op
+            key = node_key(function, name)
+            node = Node(key, name, ops.setdefault(op, op), function, nd)
             if library:  # only library functions are called
-                node.calls = _called_functions(nd, library)
-            self.nodes[key] = node
+                node.calls = _called_functions(nd, library) or ()
+            nodes[key] = node
             added.append(node)
         self.bodies.setdefault(function, []).extend(added)
         for node in added:
             for ref in node.proto.input:
                 if ref.startswith("^"):
-                    src = node_key(function, ref[1:])
-                    if src in self.nodes:
-                        node.control_inputs.append(src)
-                        self.nodes[src].outputs.append(node.key)
+                    source = nodes.get(node_key(function, ref[1:]))
+                    if source is not None:
+                        if not node.control_inputs:
+                            node.control_inputs = []
+                        node.control_inputs.append(source.key)
+                        source.outputs.append(node.key)
                     continue
                 src, port = self._source(function, ref)
-                if src in self.nodes:
-                    node.inputs.append((src, port))
-                    self.nodes[src].outputs.append(node.key)
+                source = nodes.get(src)
+                if source is not None:
+                    node.inputs.append((source.key, port))
+                    source.outputs.append(node.key)
 
     @staticmethod
     def _source(function, ref):

@@ -47,6 +47,8 @@ SIGNATURES = {
     "rules.chains._number_chains": f"{_I}, {_I}, {_I}",
     "rules.chains._spans": f"{_I}, {_I}, {_I}, {_I}, {_F}, {_F}, {_F}, {_F}",
     "rules.chains._fold": f"{_I}, {_I}, {_I}, {_I}, {_I}, {_I}, {_F}, {_F}, int64, {_I}",
+    "rules.towers._signatures": f"{_I}, {_I}, {_I}, uint64[::1], uint64[::1]",
+    "rules.towers._follow_inputs": f"{_I}, {_I}, {_I}, {_I}, {_I}",
 }
 MODULE = "_loops"  # the prebuilt extension, in this package
 

@@ -184,7 +184,12 @@ def simulate(view, partition, streams, cost_model, others=()):
     """Simulate one run of ``cost_model``'s tasks with ``partition`` over ``streams`` streams -> Result.
     ``others`` (cost models of the same tasks under other host constants) are run with the same streams
     too: then a list of Results (no waits recorded), ``cost_model``'s first."""
-    stream_of = streams_of(cost_model, partition)
+    return simulate_streams(cost_model, streams_of(cost_model, partition), streams, others)
+
+
+def simulate_streams(cost_model, stream_of, streams, others=()):
+    """``simulate`` with each task's stream given: ``stream_of``, a list or an integer array over the tasks (as
+    ``streams_of`` gives them)."""
     array = check_streams(cost_model.tasks.key, stream_of, streams)
     if not others:
         return _run(cost_model, streams, stream_of, True, array)
@@ -304,4 +309,13 @@ def single_stream(cost_model):
     return _run(cost_model, 1, [0] * len(cost_model), record_waits=False)
 
 
-__all__ = ["simulate", "single_stream", "lower_bound", "streams_of", "task_arrays", "run_tasks", "Result"]
+__all__ = [
+    "simulate",
+    "simulate_streams",
+    "single_stream",
+    "lower_bound",
+    "streams_of",
+    "task_arrays",
+    "run_tasks",
+    "Result",
+]

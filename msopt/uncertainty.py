@@ -9,7 +9,7 @@ every corner.
 """
 
 from msopt.host_model import corners, ranges_for
-from msopt.simulate import simulate
+from msopt.simulate import simulate_streams, streams_of
 
 TOLERANCE = 1e-9  # a plan equal to one stream is robust
 
@@ -26,8 +26,13 @@ def corner_models(cost_model):
 
 def corner_figures(view, partition, streams, cost_model):
     """[(makespan_us, single_stream_us)] of ``partition`` at every corner of the box."""
+    return corner_figures_of(cost_model, streams_of(cost_model, partition), streams)
+
+
+def corner_figures_of(cost_model, stream_of, streams):
+    """``corner_figures`` with each task's stream given (msopt.simulate.simulate_streams)."""
     models = corner_models(cost_model)
-    results = simulate(view, partition, streams, models[0], models[1:]) if models else []
+    results = simulate_streams(models[0], stream_of, streams, models[1:]) if models else []
     return [(result.makespan_us, cm.single_stream_us()) for result, cm in zip(results, models)]
 
 
@@ -61,4 +66,4 @@ def describe(speedup, speedup_range):
     return f"simulated {speedup:.3g}x ({lo:.3g}x-{hi:.3g}x over the host assumptions)"
 
 
-__all__ = ["corner_models", "corner_figures", "describe", "is_robust", "ranges", "speedups"]
+__all__ = ["corner_models", "corner_figures", "corner_figures_of", "describe", "is_robust", "ranges", "speedups"]

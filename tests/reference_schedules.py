@@ -135,7 +135,7 @@ def schedule(cost, streams, chained=False, by_rank=True):
     duration, share, kernel, neutral = cost.duration, cost.share, cost.kernel, cost.neutral
     chain_of = chain_stream = None
     if chained:
-        dag = Dag(t.key, preds, succs, t)
+        dag = Dag.of_lists(t.key, preds, succs)
         chain_of = greedy_path_cover(dag)
         chain_stream = {}
         chain_work = {}

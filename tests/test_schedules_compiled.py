@@ -98,7 +98,7 @@ def random_dag(rng, n, cycles):
     for v, ws in enumerate(succs):
         for w in ws:
             preds[w].append(v)
-    dag = Dag(["k"] * n, preds, succs)
+    dag = Dag.of_lists(["k"] * n, preds, succs)
     dag.order = ref.topological_order(succs, [len(p) for p in preds])
     return dag
 

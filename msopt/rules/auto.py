@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from msopt.constraints import apply
 from msopt.gc_pause import gc_paused
 from msopt.list_schedule import schedule
@@ -34,7 +36,7 @@ from msopt.rules.collective import collective
 from msopt.rules.embedding import embedding
 from msopt.rules.stage import stage
 from msopt.rules.towers import towers
-from msopt.simulate import simulate
+from msopt.simulate import check_streams, simulate_streams, streams_of
 
 RULE_CANDIDATES = {"chains": chains, "embedding": embedding, "towers": towers, "stage": stage, "collective": collective}
 # Plans of no policy of their own, tried after the rules' (so a tie keeps the earlier candidate).
@@ -56,40 +58,22 @@ def _search(view, options, cost):
     options = replace(options, run=cost.tasks)  # every rule plans the run the candidates are simulated on
     streams = options.streams
     large = len(cost) > LARGE
-    candidates = []
-    if streams > 1 and len(cost):
-        widths = [streams] if large else sorted({min(1 << i, streams) for i in range(1, 11)} | {streams})
-        for k in widths:
-            candidates.append((f"list schedule on {k} streams", schedule(cost, k, by_rank=not large)))
-            if not large:
-                candidates.append((f"chain list schedule on {k} streams", schedule(cost, k, chained=True)))
-        times = cost.node_times()  # the rules' weights, once per search
-        for name in () if large else RULE_CANDIDATES:
-            plan = run_rule(name, view, options, times)
-            if plan:
-                candidates.append((f"policy {name}", plan))
-            if name in COST_WEIGHTED:
-                plan = run_rule(name, view, options, None)
-                if plan:
-                    candidates.append((f"policy {name} with unit costs", plan))
-        for name in () if large else EXTRA_CANDIDATES:
-            plan = run_rule(name, view, options, times)
-            if plan:
-                candidates.append((name, plan))
     scope = frozenset(cost.tasks.key)  # what any candidate assigns: the constraints' groups reaching the run
     single = cost.single_stream_us()  # simulated once per cost model, shared with the report
-    scored = [(round(single, 6), 1, 0, 0, "one stream", {})]
-    placed_plans = [{}]
-    for label, plan in candidates:
+    scored = [(round(single, 6), 1, 0, 0, "one stream")]
+    kept = Kept({}, np.zeros(len(cost), np.uint8))
+    for label, plan in candidates(view, options, cost, large):
         plan = compact(plan)
         # Judge each plan as it will run: after the constraints (skipped on very large graphs, for time).
         placed = plan if large else apply(view, plan, streams, scope=scope, records=False)[0]
-        result = simulate(view, placed, streams, cost)
-        used = len(set(result.stream_of)) or 1
-        scored.append((round(result.makespan_us, 6), used, result.syncs, len(scored), label, plan))
-        placed_plans.append(placed)
-    chosen, passed_over, robust = choose_robust(view, streams, cost, scored, placed_plans)
-    makespan, used, _, _, label, plan = chosen
+        stream_of = check_streams(cost.tasks.key, streams_of(cost, placed), streams)
+        result = simulate_streams(cost, stream_of, streams)
+        used = int(np.count_nonzero(np.bincount(stream_of, minlength=1))) or 1
+        scored.append((round(result.makespan_us, 6), used, result.syncs, len(scored), label))
+        kept.add(plan, stream_of)
+    chosen, passed_over, robust = choose_robust(streams, cost, scored, kept.streams)
+    makespan, used, _, _, label = chosen
+    plan = kept.plan(chosen[3])
     notes = explain(label, used, streams, makespan, single, scored, robust_only=bool(passed_over))
     if passed_over:
         notes.append(passed_over)
@@ -115,11 +99,68 @@ def _search(view, options, cost):
     return RuleResult(plan, report=report, notes=notes)
 
 
-def choose_robust(view, streams, cost, scored, placed_plans):
+def candidates(view, options, cost, large):
+    """(label, raw plan) of every candidate, one at a time (a plan is judged and packed before the next is made)."""
+    streams = options.streams
+    if streams < 2 or not len(cost):
+        return
+    widths = [streams] if large else sorted({min(1 << i, streams) for i in range(1, 11)} | {streams})
+    for k in widths:
+        yield f"list schedule on {k} streams", schedule(cost, k, by_rank=not large)
+        if not large:
+            yield f"chain list schedule on {k} streams", schedule(cost, k, chained=True)
+    times = cost.node_times()  # the rules' weights, once per search
+    for name in () if large else RULE_CANDIDATES:
+        plan = run_rule(name, view, options, times)
+        if plan:
+            yield f"policy {name}", plan
+        if name in COST_WEIGHTED:
+            plan = run_rule(name, view, options, None)
+            if plan:
+                yield f"policy {name} with unit costs", plan
+    for name in () if large else EXTRA_CANDIDATES:
+        plan = run_rule(name, view, options, times)
+        if plan:
+            yield name, plan
+
+
+class Kept:
+    """Every candidate's raw plan and its tasks' streams as simulated, packed: a plan's keys as a tuple (shared
+    with an earlier plan of the same keys in the same order) and its streams as a small integer array. Kept as
+    dicts, the 19 candidates of a million-op run held 1.4 GB; packed, about 10 MB each."""
+
+    def __init__(self, plan, stream_of):
+        self.keys, self.values, self.streams = [], [], []
+        self._distinct = []  # the distinct key tuples
+        self.add(plan, stream_of)
+
+    def add(self, plan, stream_of):
+        keys = tuple(plan)
+        same = next((kept for kept in self._distinct if kept == keys), None)  # most plans name the run's tasks
+        if same is None:
+            self._distinct.append(keys)
+        self.keys.append(keys if same is None else same)
+        self.values.append(_small(np.fromiter(plan.values(), np.int64, len(plan))))
+        self.streams.append(_small(stream_of))
+
+    def plan(self, index):
+        """The raw plan of candidate ``index`` as it was given (the same keys, order and streams)."""
+        return dict(zip(self.keys[index], self.values[index].tolist()))
+
+
+def _small(values):
+    """Integer ``values`` (an array) in the smallest type holding them."""
+    if not len(values) or values.min() < 0:
+        return values
+    return values.astype(np.min_scalar_type(int(values.max())))
+
+
+def choose_robust(streams, cost, scored, placed_streams):
     """(the chosen row of ``scored``, a note or "", {row id: robust}): the best point estimate among the plans
     at least as fast as one stream at every corner of the host box (msopt.uncertainty; a one-stream plan
-    always is). ``placed_plans[row[3]]`` is the plan of ``row`` as simulated (after the constraints)."""
-    from msopt.uncertainty import corner_figures, describe, speedups
+    always is). ``placed_streams[row[3]]`` is each task's stream in ``row``'s plan as simulated (after the
+    constraints)."""
+    from msopt.uncertainty import corner_figures_of, describe, speedups
 
     single = cost.single_stream_us()
     passed = None
@@ -130,7 +171,7 @@ def choose_robust(view, streams, cost, scored, placed_plans):
         if row[1] == 1:
             chosen = f"one stream (simulated {point:.3g}x)" if row[4] == "one stream" else f"{row[4]} (one stream)"
             break
-        ups = speedups(corner_figures(view, placed_plans[row[3]], streams, cost)) + [point]
+        ups = speedups(corner_figures_of(cost, placed_streams[row[3]], streams)) + [point]
         if min(ups) >= 1.0 - 1e-9:
             chosen = f"{row[4]}, {describe(point, (min(ups), max(ups)))}"
             break

@@ -21,7 +21,6 @@ frees up first, preferring the stream it shares the most edges with.
 import numpy as np
 
 from msopt.jit import compiled
-from msopt.order import csr
 from msopt.rules.walk import flatten, vertex_costs
 
 
@@ -57,7 +56,7 @@ def path_cover(dag):
     order = np.asarray(dag.order, dtype=np.int64)
     position = np.empty(n, dtype=np.int64)
     position[order] = np.arange(n)
-    pred_ptr, src = csr(dag.preds)
+    pred_ptr, src = dag.pred_ptr, dag.pred_idx
     dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(pred_ptr))
     forward = position[src] < position[dst]
     src, dst = src[forward], dst[forward]
@@ -75,9 +74,8 @@ def path_cover(dag):
 def greedy_path_cover(dag):
     """Chain id per vertex: a path cover, greedy in one topological pass (Karp-Sipser's degree-one rule), then
     shortened along bounded augmenting paths; not always the minimum, but its chains often fold better."""
-    pred_ptr, pred_idx = csr(dag.preds)
-    pending = np.fromiter(map(len, dag.succs), dtype=np.int64, count=len(dag.succs))
-    return greedy_cover_array(pred_ptr, pred_idx, pending, np.asarray(dag.order, dtype=np.int64)).tolist()
+    pending = np.diff(dag.succ_ptr)
+    return greedy_cover_array(dag.pred_ptr, dag.pred_idx, pending, np.asarray(dag.order, dtype=np.int64)).tolist()
 
 
 def greedy_cover_array(pred_ptr, pred_idx, pending, order):
@@ -189,7 +187,7 @@ def fold(dag, chain_of, cost, streams):
     """Stream per vertex: chains laid on at most ``streams`` streams as intervals (see the module docstring).
 
     A chain id -1 (a vertex whose chain runs through a released cycle) counts as the last chain."""
-    pred_ptr, pred_idx = csr(dag.preds)
+    pred_ptr, pred_idx = dag.pred_ptr, dag.pred_idx
     chain_of = np.asarray(chain_of, dtype=np.int64)
     count = int(chain_of.max(initial=-1)) + 1
     first = np.full(count, np.inf)  # per chain: its earliest start, latest finish and total time

@@ -84,7 +84,7 @@ def grow(view, group, owner):
     while pending:
         key = pending.pop()
         node = nodes[key]
-        for src in [s for s, _ in node.inputs] + node.control_inputs:
+        for src in [*(s for s, _ in node.inputs), *node.control_inputs]:
             other = nodes[src]
             if src in group or other.proto is None or other.op in SHARED_SOURCES:
                 continue

@@ -64,9 +64,7 @@ def stage(view, options):
     dag = flatten(view, options.run)
     boundary = options.stage.boundary
     members = upstream(dag, boundary_vertices(view, dag, boundary)) if boundary else automatic_stage(view, dag)
-    return {
-        dag.keys[v]: target for v in members if dag.keys[v] is not None and view.nodes[dag.keys[v]].proto is not None
-    }
+    return {dag.keys[v]: target for v in members if view.nodes[dag.keys[v]].proto is not None}
 
 
 def boundary_vertices(view, dag, names):
@@ -103,14 +101,18 @@ def is_preprocessing(op):
 def automatic_stage(view, dag):
     """Preprocessing ops, their ancestors and their stateless tail, without checkpoint plumbing."""
     nodes = view.nodes
-    ops = [nodes[k].op if k is not None else "" for k in dag.keys]
-    checkpoint = _checkpoint_only(dag, ops)
-    seeds = [v for v, op in enumerate(ops) if is_preprocessing(op) and v not in checkpoint]
+    ops = dag.ops
+    present = set(ops)
+    preprocessing = {op for op in present if is_preprocessing(op)}
+    if not preprocessing:
+        return set()
+    checkpoint = _checkpoint_only(dag, ops) if not CHECKPOINT_OPS.isdisjoint(present) else set()
+    seeds = [v for v, op in enumerate(ops) if op in preprocessing and v not in checkpoint]
     if not seeds:
         return set()
     members = {v for v in upstream(dag, seeds) if v not in checkpoint and ops[v] not in STATE_OPS}
     for v in dag.order:  # the stateless tail: every input from the stage or a constant
-        if v in members or ops[v] in STATE_OPS or ops[v] in CHECKPOINT_OPS or dag.keys[v] is None:
+        if v in members or ops[v] in STATE_OPS or ops[v] in CHECKPOINT_OPS:
             continue
         preds = dag.preds[v]
         if preds and all(u in members or ops[u] == "Const" for u in preds) and any(u in members for u in preds):

@@ -10,10 +10,13 @@ their inputs are on. Tower k goes to stream k mod N; shared ops stay on stream 0
 """
 
 import re
-from collections import Counter, defaultdict
 
+import numpy as np
+
+from msopt.jit import compiled
 from msopt.op_tables import FREE_OPS
 from msopt.rules.walk import flatten
+from msopt.tasks import op_codes
 
 TOWER_SCOPE = re.compile(r"^(?:tower|replica)_?(\d+)$")
 
@@ -45,31 +48,73 @@ def identical_branches(view, run=None):
     """{node key: branch index} for structurally identical, mutually independent branches of ``run``
     (msopt.flat.Tasks; default: the run of every main-graph node)."""
     dag = flatten(view, run)
-    nodes = view.nodes
-    ops = [nodes[k].op if k is not None else "" for k in dag.keys]
-    signature = [0] * len(dag)
-    for v in dag.order:
-        signature[v] = hash((ops[v], tuple(signature[u] for u in dag.preds[v])))
-    classes = defaultdict(list)
-    for v in dag.order:
-        if dag.keys[v] is not None and ops[v] not in FREE_OPS and not nodes[dag.keys[v]].calls:
-            classes[signature[v]].append(v)
-    sizes = Counter(len(members) for members in classes.values() if len(members) > 1)
-    if not sizes:
+    n = len(dag)
+    order = np.asarray(dag.order, np.int64)
+    names, codes = op_codes(dag.ops)
+    signature = np.zeros(n, np.uint64)
+    _signatures(order, dag.pred_ptr, dag.pred_idx, codes.astype(np.uint64), signature)
+    # The ops a replica is made of: compute ops (no bookkeeping, no calls), in classes of equal signature.
+    eligible = ~np.array([op in FREE_OPS for op in names], bool)[codes] if n else np.zeros(0, bool)
+    calling = {key for info in view.functions.values() for key in info.callers}  # the nodes with calls
+    if calling:
+        eligible &= np.fromiter((key not in calling for key in dag.keys), bool, n)
+    members = order[eligible[order]]  # in the order the classes list them
+    _, cls, size = np.unique(signature[members], return_inverse=True, return_counts=True)
+    sizes, count = np.unique(size[size > 1], return_counts=True)
+    if not len(sizes):
         return {}
-    replicas = max(sizes, key=lambda k: (sizes[k], k))
-    branch, place = {}, {}  # place: per class, each member's index in it (made once, when first needed)
-    for v in dag.order:  # follow the inputs' branch; a replicated op with none starts its class's branches
-        members = classes.get(signature[v])
-        if members is None or len(members) != replicas:
-            continue
-        inherited = next((branch[u] for u in dag.preds[v] if u in branch), None)
-        if inherited is None:
-            if signature[v] not in place:
-                place[signature[v]] = {u: i for i, u in enumerate(members)}
-            inherited = place[signature[v]][v]
-        branch[v] = inherited
+    replicas = int(sizes[np.lexsort((sizes, count))[-1]])  # the most common class size, the larger on a tie
+    # Each member's place in its class, for the members of classes of ``replicas`` ops.
+    by_class = np.argsort(cls, kind="stable")
+    place = np.empty(len(members), np.int64)
+    place[by_class] = np.arange(len(members)) - np.repeat(np.cumsum(size) - size, size)
+    chosen = size[cls] == replicas
+    start = np.full(n, -1, np.int64)  # per vertex: its place in its class if it is replicated, else -1
+    start[members[chosen]] = place[chosen]
+    branch = np.full(n, -1, np.int64)
+    _follow_inputs(order, dag.pred_ptr, dag.pred_idx, start, branch)
     tower_of = {}
-    for v, k in branch.items():
-        tower_of.setdefault(dag.keys[v], k)
+    found = order[branch[order] >= 0]
+    for key, k in zip(map(dag.keys.__getitem__, found.tolist()), branch[found].tolist()):
+        tower_of.setdefault(key, k)
     return tower_of if len(set(tower_of.values())) > 1 else {}
+
+
+_MIX1, _MIX2, _SEED = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
+@compiled
+def _signatures(order, pred_ptr, pred_idx, op_code, signature):
+    """Fills ``signature``: per vertex (each after its predecessors, as the run numbers them), a 64-bit hash of
+    its op type and its predecessors' signatures in their order, in ``order`` (splitmix64's finalizer per step), so ops of
+    equal signature compute the same function of the same inputs (up to a 2**-64 collision)."""
+    for k in range(len(order)):
+        v = order[k]
+        h = _splitmix(op_code[v] + _SEED)
+        for j in range(pred_ptr[v], pred_ptr[v + 1]):
+            h = _splitmix(h * _SEED + signature[pred_idx[j]])
+        signature[v] = h
+
+
+@compiled
+def _splitmix(z):
+    z = (z ^ (z >> _S30)) * _MIX1
+    z = (z ^ (z >> _S27)) * _MIX2
+    return z ^ (z >> _S31)
+
+
+@compiled
+def _follow_inputs(order, pred_ptr, pred_idx, start, branch):
+    """Fills ``branch``: each replicated vertex (``start[v] >= 0``, in order) takes the branch of its first input
+    on one, else starts its own: its place in its class."""
+    for k in range(len(order)):
+        v = order[k]
+        if start[v] < 0:
+            continue
+        inherited = -1
+        for j in range(pred_ptr[v], pred_ptr[v + 1]):
+            if branch[pred_idx[j]] >= 0:
+                inherited = branch[pred_idx[j]]
+                break
+        branch[v] = inherited if inherited >= 0 else start[v]

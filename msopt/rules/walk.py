@@ -10,27 +10,57 @@ no stream from the rules: they run on stream 0, as TensorFlow runs any unassigne
 """
 
 import weakref
+from functools import cached_property
+from itertools import repeat
 
 from msopt.flat import flatten_run
 from msopt.gc_pause import gc_paused
 from msopt.op_tables import FREE_OPS
+from msopt.order import csr
 
 
 class Dag:
-    """Vertices (a run's tasks, numbered in its topological order), edges both ways, the order itself."""
+    """Vertices (a run's tasks, numbered in its topological order), edges both ways as CSR arrays (lists made on
+    first use, for the rules that walk them vertex by vertex), the order itself."""
 
-    def __init__(self, keys, preds, succs, tasks=None):
+    def __init__(self, keys, ops, arrays, tasks=None):
         self.keys = keys  # vertex -> view node key
-        self.preds = preds  # vertex -> [vertex], each once, data inputs first
-        self.succs = succs  # vertex -> [vertex]
+        self.ops = ops  # vertex -> op type
         self.order = range(len(keys))  # the run numbers its tasks in a topological order
-        self.first = {}  # view node key -> its first vertex (the one whose stream the partition keeps)
-        for v, key in enumerate(keys):
-            self.first.setdefault(key, v)
+        # pred_ptr, pred_idx: each vertex's predecessors, each once, data inputs first; succ_ptr, succ_idx: its
+        # successors, ascending (msopt.tasks.Tasks.neighbour_arrays, int64 CSR arrays)
+        self.pred_ptr, self.pred_idx, self.succ_ptr, self.succ_idx = arrays
         self._tasks = tasks
+
+    @classmethod
+    def of_lists(cls, keys, preds, succs, ops=None):
+        """A Dag of per-vertex predecessor and successor lists (a hand-made graph)."""
+        dag = cls(keys, ops if ops is not None else [""] * len(keys), (*csr(preds), *csr(succs)))
+        dag.__dict__.update(preds=preds, succs=succs)  # the lists as given
+        return dag
 
     def __len__(self):
         return len(self.keys)
+
+    @cached_property
+    def preds(self):
+        """vertex -> [vertex]: ``pred_idx`` cut per vertex."""
+        return _lists(self.pred_idx, self.pred_ptr)
+
+    @cached_property
+    def succs(self):
+        """vertex -> [vertex]: ``succ_idx`` cut per vertex."""
+        return _lists(self.succ_idx, self.succ_ptr)
+
+    @cached_property
+    def first(self):
+        """{view node key: its first vertex} (the one whose stream the partition keeps)."""
+        first = dict(zip(self.keys, range(len(self.keys))))
+        if len(first) < len(self.keys):  # a key with several vertices (a function called twice): its first
+            first = {}
+            for v, key in enumerate(self.keys):
+                first.setdefault(key, v)
+        return first
 
     @property
     def callers(self):
@@ -39,17 +69,24 @@ class Dag:
         return [t.callers(v) for v in range(len(self.keys))] if t is not None else [()] * len(self.keys)
 
     def edge_count(self):
-        return sum(len(p) for p in self.preds)
+        return len(self.pred_idx)
 
     def partition(self, stream_of, view):
         """{node key: stream} from a per-vertex stream list (each node: the stream of its first instance)."""
+        if len(self.first) == len(self.keys):  # every key once: vertex v is the first of its key
+            return dict(zip(self.keys, stream_of))
         return {key: stream_of[v] for key, v in self.first.items()}
+
+
+def _lists(indices, ptr):
+    """``indices`` cut into one list per vertex at ``ptr``."""
+    flat, bounds = indices.tolist(), ptr.tolist()
+    return [flat[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 def dag_of(tasks):
     """The Dag of a flattened run (msopt.flat.Tasks): every input and control edge, each pair once."""
-    preds, succs = tasks.neighbour_lists()  # from the run's arrays
-    return Dag(tasks.key, preds, succs, tasks)
+    return Dag(tasks.key, tasks.op, tasks.neighbour_arrays(), tasks)
 
 
 _BY_RUN = weakref.WeakKeyDictionary()  # run (Tasks) -> its Dag: the auto search runs several rules over one run
@@ -79,8 +116,8 @@ def vertex_costs(view, dag, options):
     given = options.node_costs
     nodes = view.nodes
     if given is not None:
-        return [given.get(key, 0.0) if key is not None else 0.0 for key in dag.keys]
-    return [unit_cost(nodes[key]) if key is not None else 0.0 for key in dag.keys]
+        return list(map(given.get, dag.keys, repeat(0.0)))
+    return [unit_cost(nodes[key]) for key in dag.keys]
 
 
 def unit_cost(node):
