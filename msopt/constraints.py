@@ -14,8 +14,7 @@ change made. ``apply`` composes:
 import functools
 from collections import Counter
 
-from msopt.host_only import is_host_only
-from msopt.links import RESOURCE_PRODUCERS, view_constraints
+from msopt.links import RESOURCE_PRODUCERS, is_host, view_constraints
 
 # Consumers that only manage a variable's life: they follow the group but do not choose its stream.
 # fmt: off
@@ -115,9 +114,8 @@ def _consumes_for_model(view, key, members):
     node = view.nodes[key]
     if node.op in RESOURCE_PRODUCERS or node.op in BOOKKEEPING_OPS:
         return False
-    return any(
-        out not in members and not is_host_only(view.nodes[out]) for out in node.outputs if not view.nodes[out].virtual
-    )
+    nodes = view.nodes
+    return any(out not in members and not is_host(view, out) for out in node.outputs if not nodes[out].virtual)
 
 
 _REASONS = {

@@ -244,6 +244,8 @@ class CostModel:
 
     def node_times(self):
         """{node key: standalone microseconds} summed over the op's instances."""
+        if len(self.tasks.instances) == 1:  # one instance: every key once
+            return dict(zip(self.tasks.key, self.duration))
         times = {}
         for k, d in zip(self.tasks.key, self.duration):
             times[k] = times.get(k, 0.0) + d

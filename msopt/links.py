@@ -86,9 +86,9 @@ def view_constraints(view, scope=None):
     memo = cache["host"]
     host_of = functools.partial(_ask_host, view, memo)  # host-only nodes link to nothing: they keep their device
     if cache["callers"] is None:
-        cache["callers"] = _callers(view)
+        cache["callers"] = _Callers(view)
     bodies, callers, nodes = view.bodies, cache["callers"], view.nodes
-    active = reach(set(bodies) if scope is None else {nodes[k].function for k in scope}, callers)
+    active = reach(set(bodies) if scope is None else _functions_of(scope), callers)
     while True:
         found = link_groups(_links(view, cache["links"], [f for f in bodies if f in active], bodies, host_of, memo))
         if scope is not None:
@@ -105,10 +105,26 @@ def view_constraints(view, scope=None):
     return host, groups
 
 
-def _callers(view):
-    """{function: the functions calling it}: a body joins with every body calling it (a call links the nodes of the
-    body it calls, msopt.graph.reach closes over it)."""
-    return {name: {view.nodes[key].function for key in info.callers} for name, info in view.functions.items()}
+class _Callers(dict):
+    """{function: the functions calling it}, each made when first asked: a body joins with every body calling it
+    (a call links the nodes of the body it calls, msopt.graph.reach closes over it)."""
+
+    def __init__(self, view):
+        super().__init__()
+        self.view = view
+
+    def get(self, name, default=None):
+        if name in self:
+            return self[name]
+        info = self.view.functions.get(name)
+        found = self[name] = {self.view.nodes[key].function for key in info.callers} if info is not None else set()
+        return found
+
+
+def _functions_of(scope):
+    """The functions of the keys of ``scope``, read from the keys themselves (``function:name``; node names hold no
+    ':'), not looked up node by node."""
+    return {key.rpartition(":")[0] for key in scope}
 
 
 def _links(view, done, functions, bodies, host_of, memo):

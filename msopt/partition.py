@@ -10,11 +10,10 @@ from msopt.errors import InputError
 from msopt.graph import MAIN
 
 
-def check_range(partition, streams, source_of=None):
-    """Raise InputError naming the first node whose stream is outside [0, streams)."""
+def check_range(partition, streams, source="the existing _stream_id attribute"):
+    """Raise InputError naming the first node whose stream is outside [0, streams) and where it came from."""
     for key, stream in partition.items():
         if not isinstance(stream, int) or not 0 <= stream < streams:
-            source = (source_of or {}).get(key, "the existing _stream_id attribute")
             raise InputError(
                 f"node '{key}' gets stream {stream} from {source}, outside [0, {streams}) for --streams {streams}"
             )

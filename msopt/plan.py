@@ -158,9 +158,7 @@ def make_plan(view, options: PlanOptions, model=None, cost_model=None) -> PlanRe
 
                 run = flat_run(view, model, options.cost.signature)[1]
             raw = run_rule(name, view, rule_options(options, cost_model, run))
-        check_range(
-            raw.partition, options.streams, {key: f"policy {name}" for key in raw.partition} if name != "none" else None
-        )
+        check_range(raw.partition, options.streams, *([f"policy {name}"] if name != "none" else []))
         scope = frozenset(cost_model.tasks.key) if name == AUTO else None  # auto's candidates had the run's
         partition, merges = apply(view, raw.partition, options.streams, raw, scope)
         copies = const_copies(view, partition) if options.const_dup else {}
