@@ -84,7 +84,7 @@ class GraphView:
         self.nodes = {}
         self.functions = {}
         self.bodies = {}  # function -> its real nodes, in the view's order (the main graph's first)
-        self._by_op = None  # op type -> its real nodes, in the view's order: made when first asked
+        self._by_op = None  # (real nodes, op types, each node's op type code): made when first asked
         library = {f.signature.name: f for f in graph_def.library.function}
         self._add_graph(MAIN, graph_def.node, library)
         for name, fdef in library.items():
@@ -147,19 +147,18 @@ class GraphView:
 
     def of_ops(self, wanted):
         """The real nodes whose op type ``wanted(op)`` accepts, in the view's order (one test per op type)."""
-        if self._by_op is None:
-            self._by_op = {}  # op -> (positions, nodes): two flat lists, not a tuple per node
-            for position, node in enumerate(self.real_nodes()):
-                entry = self._by_op.get(node.op)
-                if entry is None:
-                    entry = self._by_op[node.op] = ([], [])
-                entry[0].append(position)
-                entry[1].append(node)
-        found = [entry for op, entry in self._by_op.items() if wanted(op)]
-        if len(found) == 1:
-            return list(found[0][1])
-        pairs = sorted(chain.from_iterable(zip(*entry) for entry in found), key=lambda pair: pair[0])
-        return [node for _, node in pairs]
+        if self._by_op is None:  # every real node, and its op type's code into the distinct op types (numpy)
+            from msopt.tasks import op_codes
+
+            real = list(self.real_nodes())
+            self._by_op = (real, *op_codes([node.op for node in real]))
+        real, names, codes = self._by_op
+        table = [wanted(op) for op in names]
+        if not any(table):
+            return []
+        import numpy as np
+
+        return list(map(real.__getitem__, np.flatnonzero(np.array(table, bool)[codes]).tolist()))
 
     def edges(self):
         """Yield (source key, destination key, is_control) for every edge between nodes."""

@@ -190,10 +190,19 @@ def simulate(view, partition, streams, cost_model, others=()):
 def simulate_streams(cost_model, stream_of, streams, others=()):
     """``simulate`` with each task's stream given: ``stream_of``, a list or an integer array over the tasks (as
     ``streams_of`` gives them)."""
-    array = check_streams(cost_model.tasks.key, stream_of, streams)
     if not others:
-        return _run(cost_model, streams, stream_of, True, array)
-    return [_run(cm, streams, stream_of, False, array) for cm in (cost_model, *others)]
+        return _run(cost_model, streams, stream_of, True, check_streams(cost_model.tasks.key, stream_of, streams))
+    return list(run_each((cost_model, *others), stream_of, streams))
+
+
+def run_each(cost_models, stream_of, streams):
+    """The Result (no waits recorded) of each cost model of the same tasks in turn, each simulated when asked for
+    (a caller may stop early), with ``stream_of`` as in ``simulate_streams``."""
+    array = None
+    for cm in cost_models:
+        if array is None:
+            array = check_streams(cm.tasks.key, stream_of, streams)
+        yield _run(cm, streams, stream_of, False, array)
 
 
 def check_streams(keys, stream_of, streams):

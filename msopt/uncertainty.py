@@ -9,7 +9,7 @@ every corner.
 """
 
 from msopt.host_model import corners, ranges_for
-from msopt.simulate import simulate_streams, streams_of
+from msopt.simulate import run_each, streams_of
 
 TOLERANCE = 1e-9  # a plan equal to one stream is robust
 
@@ -31,9 +31,17 @@ def corner_figures(view, partition, streams, cost_model):
 
 def corner_figures_of(cost_model, stream_of, streams):
     """``corner_figures`` with each task's stream given (msopt.simulate.simulate_streams)."""
+    return list(corner_rows(cost_model, stream_of, streams))
+
+
+def corner_rows(cost_model, stream_of, streams, order=None):
+    """(makespan_us, single_stream_us) at each corner in turn (in ``order``, corner indices, if given), each
+    simulated when asked for."""
     models = corner_models(cost_model)
-    results = simulate_streams(models[0], stream_of, streams, models[1:]) if models else []
-    return [(result.makespan_us, cm.single_stream_us()) for result, cm in zip(results, models)]
+    if order is not None:
+        models = [models[i] for i in order]
+    for result, cm in zip(run_each(models, stream_of, streams), models):
+        yield result.makespan_us, cm.single_stream_us()
 
 
 def speedups(rows):
@@ -66,4 +74,13 @@ def describe(speedup, speedup_range):
     return f"simulated {speedup:.3g}x ({lo:.3g}x-{hi:.3g}x over the host assumptions)"
 
 
-__all__ = ["corner_models", "corner_figures", "corner_figures_of", "describe", "is_robust", "ranges", "speedups"]
+__all__ = [
+    "corner_models",
+    "corner_figures",
+    "corner_figures_of",
+    "corner_rows",
+    "describe",
+    "is_robust",
+    "ranges",
+    "speedups",
+]

@@ -160,24 +160,32 @@ def choose_robust(streams, cost, scored, placed_streams):
     at least as fast as one stream at every corner of the host box (msopt.uncertainty; a one-stream plan
     always is). ``placed_streams[row[3]]`` is each task's stream in ``row``'s plan as simulated (after the
     constraints)."""
-    from msopt.uncertainty import corner_figures_of, describe, speedups
+    from msopt.uncertainty import TOLERANCE, corner_rows, describe, speedups
 
     single = cost.single_stream_us()
     passed = None
     robust = {}
+    order = None  # after a plan passed over: its slowest corner first
     for row in sorted(scored):
         point = single / row[0] if row[0] > 0 else 1.0
         robust[row[3]] = True
         if row[1] == 1:
             chosen = f"one stream (simulated {point:.3g}x)" if row[4] == "one stream" else f"{row[4]} (one stream)"
             break
-        ups = speedups(corner_figures_of(cost, placed_streams[row[3]], streams)) + [point]
-        if min(ups) >= 1.0 - 1e-9:
+        corners = speedups(corner_rows(cost, placed_streams[row[3]], streams)) if passed is None else []
+        if passed is not None:  # only the first plan passed over has its range in the note: stop at a slower corner
+            for corner in corner_rows(cost, placed_streams[row[3]], streams, order):
+                corners += speedups([corner])
+                if corners[-1] < 1.0 - TOLERANCE:
+                    break
+        ups = corners + [point]
+        if min(ups) >= 1.0 - TOLERANCE:
             chosen = f"{row[4]}, {describe(point, (min(ups), max(ups)))}"
             break
         robust[row[3]] = False
         if passed is None:
             passed = f"{row[4]}: {describe(point, (min(ups), max(ups)))}"
+            order = sorted(range(len(corners)), key=corners.__getitem__)
     if passed is None:
         return row, "", robust
     note = (

@@ -10,6 +10,7 @@ their inputs are on. Tower k goes to stream k mod N; shared ops stay on stream 0
 """
 
 import re
+from operator import attrgetter
 
 import numpy as np
 
@@ -32,6 +33,9 @@ def towers(view, options):
 
 def named_towers(view):
     """{node key: tower index} from tower_<k> / replica_<k> name scopes (the innermost such scope)."""
+    names = "\n".join(map(attrgetter("name"), view.real_nodes()))
+    if "tower" not in names and "replica" not in names:  # what TOWER_SCOPE needs, tested once for the whole view
+        return {}
     found = {}
     for node in view.real_nodes():
         if "tower" not in node.name and "replica" not in node.name:  # what TOWER_SCOPE needs, tested cheaply
