@@ -190,12 +190,17 @@ def fusion_groups(view, nodes=None):
     """(pattern name, [node keys]) for every pattern and regrouping that matches in the view, or rooted at
     ``nodes`` (real nodes, whole function bodies: a group never leaves its body) if given."""
     nodes = list(view.real_nodes()) if nodes is None else nodes
-    consumers = _data_consumers(nodes)
     present = frozenset(node.op for node in nodes)
     rooted = {op: _patterns_rooted_at(op, present) for op in present}
-    joinable = _joinable(view, consumers)
-    forests = [(group.name, _tree_inputs(view, group, consumers, joinable)) for group in GROUPS]
+    joinable = _joinable(view, [node for node in nodes if node.op in TREE_OPS])
+    forests = [(group.name, _tree_inputs(view, group, joinable)) for group in GROUPS]
+    consumers = _data_consumers(nodes) if "BiasAddGrad" in present else {}
+    # Only these nodes can root a group: an op type some pattern is rooted at, or a tree node taking others in.
+    matching = {op for op, found in rooted.items() if found} | ({"BiasAddGrad"} & present)
+    roots = set().union(*(inputs.keys() for _, inputs in forests))
     for node in nodes:
+        if node.op not in matching and node.key not in roots:
+            continue
         for name, trees in rooted[node.op]:
             for tree in trees:
                 matched = _match(view, node.key, tree)
@@ -286,7 +291,7 @@ class _Kinds(dict):
         return self[op] is not None
 
 
-def _tree_inputs(view, group, consumers, joinable):
+def _tree_inputs(view, group, joinable):
     """{node key: the inputs its tree takes in}, for the Add/AddN (or same-op) trees of ``group`` that the
     arithmetic optimizer collapses: a node of the group without control inputs takes in each input of the group
     (of its own op kind for a same-op group) that is ``joinable`` (msopt.fusion._joinable). Every input has at
@@ -294,32 +299,24 @@ def _tree_inputs(view, group, consumers, joinable):
     kinds = _Kinds(group)
     found = {}
     nodes = view.nodes
-    for src in joinable:
-        kind = kinds[nodes[src].op]
+    for node in joinable:
+        kind = kinds[node.op]
         if kind is None:
             continue
-        parent = nodes[consumers[src][0]]
+        parent = nodes[node.outputs[0]]
         parent_kind = kinds[parent.op]
         if parent_kind is None or parent.control_inputs or (group.same_op and kind != parent_kind):
             continue
-        found.setdefault(parent.key, []).append(src)
+        found.setdefault(parent.key, []).append(node.key)
     return found
 
 
-def _joinable(view, consumers):
-    """Keys of the nodes a tree may take in: of a tree's op types, a NodeDef, no control edges, one data consumer."""
+def _joinable(view, candidates):
+    """The nodes a tree may take in, of ``candidates`` (real nodes of a tree's op types): no control edges in or
+    out and one data consumer, so exactly one output edge (a node's outputs list one entry per edge)."""
     nodes = view.nodes
     return [
-        key
-        for key, users in consumers.items()
-        if len(users) == 1
-        and (node := nodes.get(key)) is not None
-        and node.op in TREE_OPS
-        and node.proto is not None
-        and not node.control_inputs
-        and not _drives_control(view, node)
+        node
+        for node in candidates
+        if len(node.outputs) == 1 and not node.control_inputs and node.key not in nodes[node.outputs[0]].control_inputs
     ]
-
-
-def _drives_control(view, node):
-    return any(node.key in view.nodes[c].control_inputs for c in node.outputs)
