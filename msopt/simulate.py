@@ -169,15 +169,32 @@ class Result:
 
 def streams_of(cost_model, partition):
     """Each task's stream: its own entry, else its caller's (recursively), else 0."""
+    return list(_task_streams(cost_model.tasks, partition))
+
+
+def stream_array(cost_model, partition, streams):
+    """``check_streams`` of ``streams_of``, read into an int64 array without the list: for the auto search's plans,
+    whose streams are ints (a value that is not, or is outside [0, streams), takes check_streams' way and its
+    error)."""
     t = cost_model.tasks
+    try:
+        found = np.fromiter(_task_streams(t, partition), np.int64, len(t.key))
+    except (TypeError, ValueError, OverflowError):
+        found = None
+    if found is None or (len(found) and (found.min() < 0 or found.max() >= streams)):
+        return check_streams(t.key, streams_of(cost_model, partition), streams)
+    return found
+
+
+def _task_streams(t, partition):
     if len(t.instances) == 1:
-        return list(map(partition.get, t.key, repeat(0, len(t.key))))
+        return map(partition.get, t.key, repeat(0, len(t.key)))
     inst_stream = [0] * len(t.instances)
     for k, (call_key, parent) in enumerate(t.instances):
         if k == 0:
             continue
         inst_stream[k] = partition.get(call_key, inst_stream[parent])  # parents precede children
-    return list(map(partition.get, t.key, map(inst_stream.__getitem__, t.instance)))
+    return map(partition.get, t.key, map(inst_stream.__getitem__, t.instance))
 
 
 def simulate(view, partition, streams, cost_model, others=()):

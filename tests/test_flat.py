@@ -16,7 +16,7 @@ from msopt.order import longest_to_sink, priority_order, topological_order
 from msopt.plan import PlanOptions, make_plan
 from msopt.rules import RuleOptions, run_rule
 from msopt.rules.walk import flatten
-from msopt.simulate import streams_of
+from msopt.simulate import check_streams, stream_array, streams_of
 from msopt.visualize import op_streams, signature_ops
 
 pytestmark = pytest.mark.tf
@@ -183,3 +183,19 @@ def test_cost_split_keeps_modules_small_and_names_importable():
     for module in ("cost", "flat", "shapes", "kernels", "targets", "op_tables", "order", "gc_pause"):
         lines = (ROOT / "msopt" / f"{module}.py").read_text().count("\n")
         assert lines < 400, (module, lines)
+
+
+@pytest.mark.parametrize("which", ["stage_tf2", "cond"])
+def test_stream_array_is_the_checked_streams_of_a_partition(which, cond_model):
+    """The auto search reads a plan's task streams straight into an array: the same as check_streams(streams_of)
+    on runs with calls inlined, and the same error for a stream outside the range."""
+    model, view = _model(SAMPLES / "stage_tf2" if which == "stage_tf2" else cond_model)
+    cost = CostModel(view, model)
+    assert len(cost.tasks.instances) > 1  # calls inlined: a task takes its caller's stream
+    plan = make_plan(view, PlanOptions(streams=4, policy="chains"), model, cost).partition
+    expected = check_streams(cost.tasks.key, streams_of(cost, plan), 4)
+    assert stream_array(cost, plan, 4).tolist() == expected.tolist() and len(set(expected.tolist())) > 1
+    bad = dict(plan)
+    bad[next(iter(bad))] = 9
+    with pytest.raises(ValueError, match=r"is on stream 9, outside \[0, 4\)"):
+        stream_array(cost, bad, 4)

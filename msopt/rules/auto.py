@@ -36,7 +36,7 @@ from msopt.rules.collective import collective
 from msopt.rules.embedding import embedding
 from msopt.rules.stage import stage
 from msopt.rules.towers import towers
-from msopt.simulate import check_streams, simulate_streams, streams_of
+from msopt.simulate import simulate_streams, stream_array
 
 RULE_CANDIDATES = {"chains": chains, "embedding": embedding, "towers": towers, "stage": stage, "collective": collective}
 # Plans of no policy of their own, tried after the rules' (so a tie keeps the earlier candidate).
@@ -66,7 +66,7 @@ def _search(view, options, cost):
         plan = compact(plan)
         # Judge each plan as it will run: after the constraints (skipped on very large graphs, for time).
         placed = plan if large else apply(view, plan, streams, scope=scope, records=False)[0]
-        stream_of = check_streams(cost.tasks.key, streams_of(cost, placed), streams)
+        stream_of = stream_array(cost, placed, streams)
         result = simulate_streams(cost, stream_of, streams)
         used = int(np.count_nonzero(np.bincount(stream_of, minlength=1))) or 1
         scored.append((round(result.makespan_us, 6), used, result.syncs, len(scored), label))
