@@ -127,7 +127,8 @@ def candidates(view, options, cost, large):
 class Kept:
     """Every candidate's raw plan and its tasks' streams as simulated, packed: a plan's keys as a tuple (shared
     with an earlier plan of the same keys in the same order) and its streams as a small integer array. Kept as
-    dicts, the 19 candidates of a million-op run held 1.4 GB; packed, about 10 MB each."""
+    dicts, the candidates of a million-op run held 1.4 GB (a raw and a constrained dict each); packed, a few MB
+    each beside one shared tuple of keys."""
 
     def __init__(self, plan, stream_of):
         self.keys, self.values, self.streams = [], [], []
@@ -172,8 +173,10 @@ def choose_robust(streams, cost, scored, placed_streams):
         if row[1] == 1:
             chosen = f"one stream (simulated {point:.3g}x)" if row[4] == "one stream" else f"{row[4]} (one stream)"
             break
-        corners = speedups(corner_rows(cost, placed_streams[row[3]], streams)) if passed is None else []
-        if passed is not None:  # only the first plan passed over has its range in the note: stop at a slower corner
+        if passed is None:
+            corners = speedups(corner_rows(cost, placed_streams[row[3]], streams))
+        else:  # only the first plan passed over has its range in the note: the others stop at a slower corner
+            corners = []
             for corner in corner_rows(cost, placed_streams[row[3]], streams, order):
                 corners += speedups([corner])
                 if corners[-1] < 1.0 - TOLERANCE:
