@@ -1,0 +1,48 @@
+"""The auto search's bookkeeping: packed candidates give back each plan as given, and the robustness flags of
+plans checked corner by corner (stopping at a slower corner) are those of every corner simulated."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from msopt.constraints import apply
+from msopt.load import open_model
+from msopt.plan import CostOptions, PlanOptions, build_cost_model, make_plan, rule_options
+from msopt.rules import auto
+from msopt.simulate import stream_array
+from msopt.uncertainty import corner_figures_of, is_robust
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_models"
+
+
+def test_kept_candidates_give_back_each_plan_as_given():
+    import numpy as np
+
+    plans = [{}, {"a": 1, "b": 0, "c": 3}, {"a": 2, "b": 2, "c": 0}, {"c": 1, "a": 0, "b": 300}, {"x": 0}]
+    kept = auto.Kept(plans[0], np.zeros(3, np.int64))
+    for k, plan in enumerate(plans[1:], 1):
+        kept.add(plan, np.array([k % 4, 0, 1], np.int64))
+    for k, plan in enumerate(plans):
+        assert list(kept.plan(k).items()) == list(plan.items())  # same keys, order and streams
+        assert all(type(s) is int for s in kept.plan(k).values())
+    assert kept.keys[1] is kept.keys[2] and kept.keys[3] is not kept.keys[1]  # a key order kept once
+    assert [s.tolist() for s in kept.streams[1:3]] == [[1, 0, 1], [2, 0, 1]]
+
+
+@pytest.mark.parametrize("name,target", [("towers_tf2", "h100"), ("towers_tf2", "v100"), ("towers_tf1", "h100")])
+def test_robust_flags_are_those_of_every_corner_simulated(name, target):
+    model, view = open_model(SAMPLES / name)
+    options = PlanOptions(streams=4, cost=CostOptions(target=target))
+    cost = build_cost_model(view, model, options.cost)
+    rows = make_plan(view, options, model, cost).report["auto"]["candidates"]
+    assert sum(row["robust"] is False for row in rows) >= 1  # plans were passed over
+    search_options = replace(rule_options(options, cost), run=cost.tasks)
+    scope = frozenset(cost.tasks.key)
+    found = auto.candidates(view, search_options, cost, len(cost) > auto.LARGE)
+    for row, (label, plan) in zip(rows[1:], found, strict=True):
+        assert row["plan"] == label
+        if row["robust"] is None:  # slower than the plan chosen: not checked
+            continue
+        placed = apply(view, auto.compact(plan), 4, scope=scope, records=False)[0]
+        assert is_robust(corner_figures_of(cost, stream_array(cost, placed, 4), 4)) == row["robust"], label
