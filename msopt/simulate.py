@@ -338,6 +338,8 @@ def single_stream(cost_model):
 __all__ = [
     "simulate",
     "simulate_streams",
+    "run_each",
+    "stream_array",
     "single_stream",
     "lower_bound",
     "streams_of",

@@ -75,7 +75,7 @@ class Tasks:
     def neighbour_lists(self):
         """(preds, succs): ``neighbour_arrays`` as per-task lists."""
         pred_ptr, pred_idx, succ_ptr, succ_idx = self.neighbour_arrays()
-        return _lists(pred_idx, np.diff(pred_ptr)), _lists(succ_idx, np.diff(succ_ptr))
+        return csr_lists(pred_idx, pred_ptr), csr_lists(succ_idx, succ_ptr)
 
     def op_codes(self):
         """(op names, per-task int64 code into them), computed once: per-op-type tables index it."""
@@ -86,8 +86,7 @@ class Tasks:
 
     def ops_in(self, table):
         """Per task, whether its op type is in ``table`` (a bool array)."""
-        names, codes = self.op_codes()
-        return np.array([op in table for op in names], bool)[codes] if names else np.zeros(len(codes), bool)
+        return codes_in(*self.op_codes(), table)
 
     def callers(self, i):
         """Keys of the call nodes task ``i`` was inlined for, outermost first."""
@@ -118,7 +117,12 @@ def csr_of(inputs, control):
     return data_ptr, data_src, data_port, control_ptr, control_src
 
 
-def _lists(values, counts):
-    """``values`` cut into consecutive lists of ``counts`` items."""
-    flat, bounds = values.tolist(), np.concatenate([[0], np.cumsum(counts)]).tolist()
+def codes_in(names, codes, table):
+    """Per item, whether its op type (``codes`` into ``names``, as ``op_codes`` gives them) is in ``table``."""
+    return np.array([op in table for op in names], bool)[codes] if names else np.zeros(len(codes), bool)
+
+
+def csr_lists(indices, ptr):
+    """CSR ``indices`` cut into one list per row at ``ptr``."""
+    flat, bounds = indices.tolist(), ptr.tolist()
     return [flat[a:b] for a, b in zip(bounds, bounds[1:])]

@@ -17,7 +17,7 @@ import numpy as np
 from msopt.jit import compiled
 from msopt.op_tables import FREE_OPS
 from msopt.rules.walk import flatten
-from msopt.tasks import op_codes
+from msopt.tasks import codes_in
 
 TOWER_SCOPE = re.compile(r"^(?:tower|replica)_?(\d+)$")
 
@@ -54,11 +54,11 @@ def identical_branches(view, run=None):
     dag = flatten(view, run)
     n = len(dag)
     order = np.asarray(dag.order, np.int64)
-    names, codes = op_codes(dag.ops)
+    names, codes = dag.op_codes()
     signature = np.zeros(n, np.uint64)
     _signatures(order, dag.pred_ptr, dag.pred_idx, codes.astype(np.uint64), signature)
     # The ops a replica is made of: compute ops (no bookkeeping, no calls), in classes of equal signature.
-    eligible = ~np.array([op in FREE_OPS for op in names], bool)[codes] if n else np.zeros(0, bool)
+    eligible = ~codes_in(names, codes, FREE_OPS)
     calling = {key for info in view.functions.values() for key in info.callers}  # the nodes with calls
     if calling:
         eligible &= np.fromiter((key not in calling for key in dag.keys), bool, n)

@@ -17,6 +17,7 @@ from msopt.flat import flatten_run
 from msopt.gc_pause import gc_paused
 from msopt.op_tables import FREE_OPS
 from msopt.order import csr
+from msopt.tasks import csr_lists, op_codes
 
 
 class Dag:
@@ -45,12 +46,12 @@ class Dag:
     @cached_property
     def preds(self):
         """vertex -> [vertex]: ``pred_idx`` cut per vertex."""
-        return _lists(self.pred_idx, self.pred_ptr)
+        return csr_lists(self.pred_idx, self.pred_ptr)
 
     @cached_property
     def succs(self):
         """vertex -> [vertex]: ``succ_idx`` cut per vertex."""
-        return _lists(self.succ_idx, self.succ_ptr)
+        return csr_lists(self.succ_idx, self.succ_ptr)
 
     @cached_property
     def first(self):
@@ -61,6 +62,10 @@ class Dag:
             for v, key in enumerate(self.keys):
                 first.setdefault(key, v)
         return first
+
+    def op_codes(self):
+        """(op names, per-vertex int64 code into them): the run's, computed once (msopt.tasks.op_codes)."""
+        return self._tasks.op_codes() if self._tasks is not None else op_codes(self.ops)
 
     @property
     def callers(self):
@@ -76,12 +81,6 @@ class Dag:
         if len(self.first) == len(self.keys):  # every key once: vertex v is the first of its key
             return dict(zip(self.keys, stream_of))
         return {key: stream_of[v] for key, v in self.first.items()}
-
-
-def _lists(indices, ptr):
-    """``indices`` cut into one list per vertex at ``ptr``."""
-    flat, bounds = indices.tolist(), ptr.tolist()
-    return [flat[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 def dag_of(tasks):
