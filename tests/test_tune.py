@@ -271,7 +271,7 @@ def test_a_model_that_is_not_a_graph_is_refused_before_tensorflow_loads(tmp_path
 
 @pytest.fixture(scope="module")
 def tuned_lanes(tmp_path_factory):
-    """deepfm_tf2 (TF2, shared weights per lane) tuned with --lanes 2 --concurrency 2."""
+    """deepfm_tf2 (TF2: shared weights per lane if the chosen plan has one stream) tuned with --lanes 2 --concurrency 2."""
     import shutil
 
     from tests.conftest import SAMPLES, run_msopt
@@ -298,7 +298,9 @@ def test_lane_counts_are_candidates_verified_and_measured_under_concurrent_clien
     for row in rows.values():
         assert set(doc["candidates"][0]) <= set(row)  # reported with the plans' keys
         assert row["kind"] == "lanes" and row["concurrency"] == 2 and row["verified"] and row["max_abs_diff"] == 0
-        assert row["pinned"] and row["weights"] == "shared"  # every lane's compute ops on its own device
+        assert row["pinned"]  # every lane's compute ops on its own device
+        # the chosen plan is measured, so it may need 2 streams; one loaded object serves every lane only on 1 stream
+        assert row["weights"] == ("shared" if row["streams"] == 1 else "copy")
         assert row["measured"]["steps"] == 2 * 3 * 2 and row["measured"]["records_per_s"]["median"] > 0
     assert lanes["chosen"] in {row["label"] for row in rows.values()}
     chosen = next(row for row in rows.values() if row["label"] == lanes["chosen"])
