@@ -8,6 +8,8 @@ nodes so that edges from them are explicit; they carry no NodeDef and are never 
 from collections import Counter
 from itertools import chain
 
+from msopt.host_only import STRING_ATTRS, says_string
+
 MAIN = ""  # the function name of the main graph
 STREAM_ATTR = "_stream_id"
 
@@ -86,6 +88,9 @@ class GraphView:
         self.bodies = {}  # function -> its real nodes, in the view's order (the main graph's first)
         self._by_op = None  # (real nodes, op types, each node's op type code): made when first asked
         library = {f.signature.name: f for f in graph_def.library.function}
+        # Keys whose dtype attributes say string (msopt.host_only), found where the calls are read from every node's
+        # attributes: with a library. None without one: each host test reads the attributes itself.
+        self.string_typed = set() if library else None
         self._add_graph(MAIN, graph_def.node, library)
         for name, fdef in library.items():
             info = FunctionInfo(name, fdef)
@@ -110,7 +115,7 @@ class GraphView:
             key = node_key(function, name)
             node = Node(key, name, ops.setdefault(op, op), function, nd)
             if library:  # only library functions are called
-                node.calls = _called_functions(nd, library) or ()
+                node.calls = _called_functions(nd, library, key, self.string_typed) or ()
             nodes[key] = node
             added.append(node)
         self.bodies.setdefault(function, []).extend(added)
@@ -185,7 +190,9 @@ def reach(found, edges):
     return found
 
 
-def _called_functions(node_def, library):
+def _called_functions(node_def, library, key, string_typed):
+    """The library functions ``node_def`` calls; ``key`` joins ``string_typed`` if a dtype attribute says string (one
+    pass over the attributes for both: reading them is most of the cost)."""
     called = []
     if node_def.op in library:
         called.append(node_def.op)
@@ -196,4 +203,6 @@ def _called_functions(node_def, library):
             called.append(value.func.name)
         elif kind == "list":
             called.extend(f.name for f in value.list.func if f.name in library)
+        if attr_name in STRING_ATTRS and says_string(value, kind):
+            string_typed.add(key)
     return called

@@ -34,24 +34,33 @@ HOST_ONLY_OPS = frozenset({
     "Print", "PrintV2", "Assert", "ScalarSummary", "HistogramSummary", "ImageSummary", "MergeSummary",
     "IteratorV2", "IteratorGetNext", "MakeIterator", "OneShotIterator",
 })
-STRING_ATTRS = ("T", "dtype", "out_type", "Tout", "DstT", "SrcT")
+STRING_ATTRS = frozenset({"T", "dtype", "out_type", "Tout", "DstT", "SrcT"})
 # fmt: on
 
 
 def host_only(view):
     """Keys of the nodes that must keep their device: no GPU kernel, or string-typed."""
-    return {n.key for n in view.real_nodes() if is_host_only(n)}
+    return {n.key for n in view.real_nodes() if is_host_only(n, view.string_typed)}
 
 
-def is_host_only(node):
+def is_host_only(node, string_typed=None):
+    """Whether ``node`` keeps its device. ``string_typed``: the keys whose attributes say string, when the view read
+    every node's attributes (GraphView.string_typed); None: the attributes are read here."""
     op = node.op
     if op in HOST_ONLY_OPS or "String" in op:
         return True
+    if string_typed is not None:
+        return node.key in string_typed
     attr = node.proto.attr  # a new map wrapper on each access
     for name in STRING_ATTRS:
         if name in attr:
             value = attr[name]
-            kind = value.WhichOneof("value")  # reading .list of another kind would build an empty one
-            if (kind == "type" and value.type == DT_STRING) or (kind == "list" and DT_STRING in value.list.type):
+            if says_string(value, value.WhichOneof("value")):
                 return True
     return False
+
+
+def says_string(value, kind):
+    """Whether an AttrValue of ``kind`` (its WhichOneof) is the string type or a list holding it (reading .list of
+    another kind would build an empty one)."""
+    return (kind == "type" and value.type == DT_STRING) or (kind == "list" and DT_STRING in value.list.type)

@@ -67,7 +67,7 @@ def is_host(view, key):
 
 def _ask_host(view, memo, key):
     node = view.nodes[key]
-    memo[key] = answer = not node.virtual and is_host_only(node)
+    memo[key] = answer = not node.virtual and is_host_only(node, view.string_typed)
     return answer
 
 

@@ -296,6 +296,20 @@ def test_string_and_kernel_less_ops_keep_their_device(sample_view):
     assert is_host_only(placeholder) == (placeholder.proto.attr["dtype"].type == 7)
 
 
+@pytest.mark.parametrize("name", ["stage_tf2", "deepfm_tf2", "stage_tf1"])
+def test_the_views_string_types_are_those_the_attributes_say(sample_view, name):
+    """With a library the view reads every node's attributes for its calls and notes the string-typed ones there;
+    the host test then asks that set instead of reading the attributes again: the answers are the same."""
+    _, view = sample_view(name)
+    assert (view.string_typed is not None) == ("stage_tf1" != name)
+    nodes = list(view.real_nodes())
+    read = [is_host_only(n) for n in nodes]
+    assert [is_host_only(n, view.string_typed) for n in nodes] == read
+    if view.string_typed is not None:
+        assert view.string_typed and all(is_host_only(view.nodes[k]) for k in view.string_typed)
+        assert host_only(view) == {n.key for n, host in zip(nodes, read) if host}
+
+
 def test_host_only_plan_verifies(msopt, tmp_path):
     doc = partition_verified(msopt, tmp_path, "stage_tf1", "rules:\n  - scope: preprocess/\n    stream: 1\n")
     assert doc["verify"]["ok"]
