@@ -142,6 +142,7 @@ def breakdown(path, streams):
     from msopt.links import view_constraints
     from msopt.load import open_model
     from msopt.partition import summarize
+    from msopt.placed_streams import PlacedStreams
     from msopt.plan import PlanOptions, build_cost_model, make_plan
     from msopt.rules import auto
     from msopt.simulate import simulate
@@ -166,14 +167,27 @@ def breakdown(path, streams):
         cost_module.flat_run, cost_module.infer_shapes = originals
     del flat, shapes
     # The auto search's steps: each candidate's plan, the constraints, the simulations.
-    saved = {
-        "schedule": clock.wrap(auto, "schedule", lambda cost, k, chained=False, by_rank=True: _sched_name(k, chained)),
-        "run_rule": clock.wrap(
-            auto, "run_rule", lambda name, v, o, c: f"auto: policy {name}" + (" unit costs" if c is None else "")
+    saved = [
+        (
+            auto,
+            "schedule",
+            clock.wrap(auto, "schedule", lambda cost, k, chained=False, by_rank=True: _sched_name(k, chained)),
         ),
-        "apply": clock.wrap(auto, "apply", lambda *a, **k: "auto: constraints per candidate"),
-        "simulate_streams": clock.wrap(auto, "simulate_streams", lambda *a, **k: "auto: simulations"),
-    }
+        (
+            auto,
+            "run_rule",
+            clock.wrap(
+                auto, "run_rule", lambda name, v, o, c: f"auto: policy {name}" + (" unit costs" if c is None else "")
+            ),
+        ),
+        (auto, "apply", clock.wrap(auto, "apply", lambda *a, **k: "auto: constraints per candidate (dict path)")),
+        (
+            PlacedStreams,
+            "__call__",
+            clock.wrap(PlacedStreams, "__call__", lambda *a, **k: "auto: constraints per candidate"),
+        ),
+        (auto, "simulate_streams", clock.wrap(auto, "simulate_streams", lambda *a, **k: "auto: simulations")),
+    ]
     try:
         options = PlanOptions(streams=streams)
         with clock("plan (auto search + constraints, total)"):
@@ -181,8 +195,8 @@ def breakdown(path, streams):
                 view_constraints(view, frozenset(cost_model.tasks.key))  # what make_plan computes first
             result = make_plan(view, options, loaded, cost_model)
     finally:
-        for attr, inner in saved.items():
-            setattr(auto, attr, inner)
+        for owner, attr, inner in saved:
+            setattr(owner, attr, inner)
     out = tempfile.mkdtemp(prefix="plan_speed_")
     try:
         with clock("emit"):

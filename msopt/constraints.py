@@ -69,7 +69,7 @@ def share_streams(view, partition, groups, fallback=(), records=True):
         if unassigned:
             streams.discard(None)
         if len(streams) > 1:
-            stream = _vote(view, real, {k: partition[k] for k in real if k in partition}, fallback)
+            stream = vote(view, real, {k: partition[k] for k in real if k in partition}, fallback)
         elif not streams:
             continue
         else:
@@ -89,7 +89,7 @@ def share_streams(view, partition, groups, fallback=(), records=True):
 _NOT_VOTING = RESOURCE_PRODUCERS | BOOKKEEPING_OPS
 
 
-def _vote(view, members, assigned, fallback):
+def vote(view, members, assigned, fallback):
     """The stream of the group: most votes among its consumers, smallest id on a tie."""
     if len(set(assigned.values())) == 1:  # one stream among the assigned: whoever votes, it wins
         return next(iter(assigned.values()))

@@ -46,3 +46,45 @@ def test_robust_flags_are_those_of_every_corner_simulated(name, target):
             continue
         placed = apply(view, auto.compact(plan), 4, scope=scope, records=False)[0]
         assert is_robust(corner_figures_of(cost, stream_array(cost, placed, 4), 4)) == row["robust"], label
+
+
+ALL_SAMPLES = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("name", ALL_SAMPLES)
+def test_placed_streams_are_the_constraints_then_the_runs_read(name):
+    """The search's array placement gives each task the stream that constraints.apply then stream_array give: for
+    every candidate of the search, and for random plans (some keys left out, so groups vote and fill in)."""
+    import random
+
+    import numpy as np
+
+    from msopt.placed_streams import PlacedStreams
+
+    model, view = open_model(SAMPLES / name)
+    options = PlanOptions(streams=4)
+    cost = build_cost_model(view, model, options.cost)
+    placed = PlacedStreams(view, cost)
+    kept = auto.Kept({}, np.zeros(len(cost), np.uint8))
+
+    def dict_path(plan):
+        return stream_array(cost, apply(view, plan, 4, scope=placed.scope, records=False)[0], 4)
+
+    search_options = replace(rule_options(options, cost), run=cost.tasks)
+    arrays = 0
+    for _, plan in auto.candidates(view, search_options, cost, False):
+        plan = auto.compact(plan)
+        found = placed(plan, kept.shared_keys(plan), 4)
+        if found is not None:
+            arrays += 1
+            assert found.dtype == np.int64 and found.tolist() == dict_path(plan).tolist()
+    assert arrays >= 5
+    rng, keys = random.Random(name), list(dict.fromkeys(cost.tasks.key))
+    for trial in range(40):
+        plan = {k: rng.randrange(4) for k in keys if rng.random() < (0.5, 0.9, 1.0)[trial % 3]}
+        found = placed(plan, kept.shared_keys(plan), 4)
+        assert found is not None and found.tolist() == dict_path(plan).tolist()
+    outside = next((n.key for n in view.real_nodes() if n.key not in placed.scope), None)
+    if outside is not None:  # a key outside the run changes the groups' scope: the dict path decides
+        assert placed({outside: 1, **dict.fromkeys(keys, 0)}, (outside, *keys), 4) is None
+    assert placed(dict.fromkeys(keys, 4), tuple(keys), 4) is None  # a stream out of range: the dict path's error

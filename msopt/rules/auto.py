@@ -30,6 +30,7 @@ import numpy as np
 from msopt.constraints import apply
 from msopt.gc_pause import gc_paused
 from msopt.list_schedule import schedule
+from msopt.placed_streams import PlacedStreams
 from msopt.rules import RuleOptions, RuleResult
 from msopt.rules.chains import chains, minimum_chains
 from msopt.rules.collective import collective
@@ -58,19 +59,22 @@ def _search(view, options, cost):
     options = replace(options, run=cost.tasks)  # every rule plans the run the candidates are simulated on
     streams = options.streams
     large = len(cost) > LARGE
-    scope = frozenset(cost.tasks.key)  # what any candidate assigns: the constraints' groups reaching the run
     single = cost.single_stream_us()  # simulated once per cost model, shared with the report
     scored = [(round(single, 6), 1, 0, 0, "one stream")]
     kept = Kept({}, np.zeros(len(cost), np.uint8))
+    placed_streams = None if large else PlacedStreams(view, cost)  # the constraints' groups reaching the run
     for label, plan in candidates(view, options, cost, large):
         plan = compact(plan)
+        keys = kept.shared_keys(plan)
         # Judge each plan as it will run: after the constraints (skipped on very large graphs, for time).
-        placed = plan if large else apply(view, plan, streams, scope=scope, records=False)[0]
-        stream_of = stream_array(cost, placed, streams)
+        stream_of = None if large else placed_streams(plan, keys, streams)
+        if stream_of is None:  # large, or a plan the arrays do not cover (keys outside the run, bad streams)
+            placed = plan if large else apply(view, plan, streams, scope=placed_streams.scope, records=False)[0]
+            stream_of = stream_array(cost, placed, streams)
         result = simulate_streams(cost, stream_of, streams)
         used = int(np.count_nonzero(np.bincount(stream_of, minlength=1))) or 1
         scored.append((round(result.makespan_us, 6), used, result.syncs, len(scored), label))
-        kept.add(plan, stream_of)
+        kept.add(plan, stream_of, keys)
     chosen, passed_over, robust = choose_robust(streams, cost, scored, kept.streams)
     makespan, used, _, _, label = chosen
     plan = kept.plan(chosen[3])
@@ -135,12 +139,17 @@ class Kept:
         self._distinct = []  # the distinct key tuples
         self.add(plan, stream_of)
 
-    def add(self, plan, stream_of):
+    def shared_keys(self, plan):
+        """``tuple(plan)``: the one kept if an earlier plan had the same keys in the same order."""
         keys = tuple(plan)
         same = next((kept for kept in self._distinct if kept == keys), None)  # most plans name the run's tasks
         if same is None:
             self._distinct.append(keys)
-        self.keys.append(keys if same is None else same)
+        return keys if same is None else same
+
+    def add(self, plan, stream_of, keys=None):
+        """Keep ``plan`` (``keys``: its ``shared_keys``, if known) and its tasks' streams as simulated."""
+        self.keys.append(self.shared_keys(plan) if keys is None else keys)
         self.values.append(_small(np.fromiter(plan.values(), np.int64, len(plan))))
         self.streams.append(_small(stream_of))
 

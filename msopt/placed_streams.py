@@ -1,0 +1,104 @@
+"""Each task's stream once a plan is placed: msopt.constraints.apply, then msopt.simulate.stream_array, on arrays.
+
+The auto search places every candidate of one run before simulating it. Done on dicts, each candidate copied the
+plan, tested each linked group's streams member by member and read the run's streams back key by key (at a million
+op instances, about a third of the search). Here the run's keys are numbered once per search (the run's own keys
+first, then the groups' other members and the call nodes the run was inlined for), and each plan becomes an int
+array over them (-1: unassigned): host-only keys cleared, each group's streams reduced with numpy, the few groups
+whose members disagree put to the same vote as in msopt.constraints. A plan naming a key outside the run, or a
+stream outside [0, streams), takes the dict path instead (``__call__`` returns None), whose result or error stands.
+"""
+
+from itertools import chain, repeat
+
+import numpy as np
+
+from msopt.constraints import vote
+from msopt.links import view_constraints
+
+UNASSIGNED = -1
+
+
+class PlacedStreams:
+    """``placed(plan, keys, streams)``: ``stream_array(cost, apply(view, plan, streams, scope=run keys)[0], streams)``
+    for plans of the run of ``cost``; ``keys`` is ``tuple(plan)``, shared between plans of the same keys in the same
+    order (their positions are looked up once)."""
+
+    def __init__(self, view, cost):
+        t = cost.tasks
+        self.view = view
+        self.scope = frozenset(t.key)
+        host, self.groups = view_constraints(view, self.scope)
+        numbered = dict.fromkeys(t.key)  # the run's keys first: a plan's keys must fall among them
+        self.in_run = len(numbered)
+        members = [key for real, _ in self.groups for key in real]
+        calls = [call for call, _ in t.instances[1:]]
+        numbered.update(dict.fromkeys(k for k in chain(members, calls) if k not in numbered))
+        self.index = dict(zip(numbered, range(len(numbered))))
+        at = self.index.__getitem__
+        self.size = len(self.index)
+        self.task_at = np.fromiter(map(at, t.key), np.int64, len(t.key))
+        self.host_at = np.fromiter(map(at, host), np.int64, len(host))
+        self.member_at = np.fromiter(map(at, members), np.int64, len(members))
+        self.group_sizes = np.fromiter((len(real) for real, _ in self.groups), np.int64, len(self.groups))
+        self.group_starts = np.concatenate([[0], np.cumsum(self.group_sizes)[:-1]]).astype(np.int64)
+        self.call_at = np.fromiter(map(at, calls), np.int64, len(calls))
+        self.parents = [parent for _, parent in t.instances[1:]]
+        self.task_instance = np.asarray(t.instance, np.int64) if calls else None
+        self._positions = []  # (key tuple, its positions): most plans name the run's tasks in the run's order
+
+    def __call__(self, plan, keys, streams):
+        positions = self._positions_of(keys)
+        if positions is None:
+            return None
+        try:
+            values = np.fromiter(plan.values(), np.int64, len(plan))
+        except (TypeError, ValueError, OverflowError):
+            return None
+        if len(values) and (values.min() < 0 or values.max() >= streams):
+            return None
+        placed = np.full(self.size, UNASSIGNED, np.int64)
+        placed[positions] = values
+        placed[self.host_at] = UNASSIGNED  # host-only: keeps its device, no stream
+        self._share(placed)
+        return self._task_streams(placed)
+
+    def _positions_of(self, keys):
+        for known, positions in self._positions:
+            if known is keys:
+                return positions
+        get = self.index.get
+        positions = np.fromiter(map(get, keys, repeat(self.size, len(keys))), np.int64, len(keys))
+        if len(positions) and positions.max() >= self.in_run:  # a key outside the run (or not in the view)
+            positions = None
+        self._positions.append((keys, positions))
+        return positions
+
+    def _share(self, placed):
+        """msopt.constraints.share_streams on ``placed``: each group whose assigned members disagree takes the vote's
+        stream, each group on one stream other than 0 takes that stream, whole (its unassigned members too)."""
+        if not len(self.member_at):
+            return
+        values = placed[self.member_at]
+        starts = self.group_starts
+        top = np.maximum.reduceat(values, starts)  # -1: no member assigned
+        least = np.minimum.reduceat(np.where(values < 0, np.iinfo(np.int64).max, values), starts)
+        target = np.where((top > 0) & (least == top), top, UNASSIGNED)
+        for g in np.flatnonzero((top >= 0) & (least != top)).tolist():  # members on different streams
+            real = self.groups[g][0]
+            start = int(starts[g])
+            streams = values[start : start + len(real)].tolist()
+            target[g] = vote(self.view, real, {k: s for k, s in zip(real, streams) if s >= 0}, ())
+        per_member = np.repeat(target, self.group_sizes)
+        moved = per_member >= 0
+        placed[self.member_at[moved]] = per_member[moved]
+
+    def _task_streams(self, placed):
+        """Each task's stream: its own, else its call's (recursively), else 0 (msopt.simulate.streams_of)."""
+        own = placed[self.task_at]
+        if self.task_instance is None:
+            return np.where(own < 0, 0, own)
+        inherited = [0] * (len(self.parents) + 1)
+        for k, (stream, parent) in enumerate(zip(placed[self.call_at].tolist(), self.parents), 1):
+            inherited[k] = stream if stream >= 0 else inherited[parent]  # parents precede children
+        return np.where(own < 0, np.asarray(inherited, np.int64)[self.task_instance], own)
