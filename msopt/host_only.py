@@ -39,18 +39,22 @@ STRING_ATTRS = frozenset({"T", "dtype", "out_type", "Tout", "DstT", "SrcT"})
 
 
 def host_only(view):
-    """Keys of the nodes that must keep their device: no GPU kernel, or string-typed."""
-    return {n.key for n in view.real_nodes() if is_host_only(n, view.string_typed)}
+    """Keys of the nodes that must keep their device: no GPU kernel, or string-typed. With the view's string-typed
+    keys (GraphView.string_typed, read with its calls) one test per op type; without them, node by node."""
+    if view.string_typed is not None:
+        return {node.key for node in view.of_ops(is_host_op)} | view.string_typed
+    return {node.key for node in view.real_nodes() if is_host_only(node)}
 
 
-def is_host_only(node, string_typed=None):
-    """Whether ``node`` keeps its device. ``string_typed``: the keys whose attributes say string, when the view read
-    every node's attributes (GraphView.string_typed); None: the attributes are read here."""
-    op = node.op
-    if op in HOST_ONLY_OPS or "String" in op:
+def is_host_op(op):
+    """An op type without a GPU kernel in stock TensorFlow, whatever its attributes."""
+    return op in HOST_ONLY_OPS or "String" in op
+
+
+def is_host_only(node):
+    """Whether ``node`` (a real node) keeps its device, its attributes read here."""
+    if is_host_op(node.op):
         return True
-    if string_typed is not None:
-        return node.key in string_typed
     attr = node.proto.attr  # a new map wrapper on each access
     for name in STRING_ATTRS:
         if name in attr:

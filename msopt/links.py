@@ -19,13 +19,12 @@ Functional control flow (While, If, Case and their Stateless forms) needs no lin
 one node and its body functions are partitioned like any other function.
 """
 
-import functools
 import weakref
 from collections import defaultdict
 
 from msopt.fusion import fusion_groups
 from msopt.graph import node_key, reach
-from msopt.host_only import is_host_only
+from msopt.host_only import host_only
 from msopt.link_groups import link_groups
 from msopt.op_tables import CALL_OPS
 from msopt.xla_clusters import XLA_LINKERS
@@ -55,20 +54,21 @@ _BY_VIEW = weakref.WeakKeyDictionary()  # view -> what its constraints need, wor
 def _cache(view):
     cache = _BY_VIEW.get(view)
     if cache is None or cache["size"] != len(view.nodes):
-        cache = _BY_VIEW[view] = {"size": len(view.nodes), "host": {}, "links": {}, "groups": {}, "callers": None}
+        cache = _BY_VIEW[view] = {"size": len(view.nodes), "host": None, "links": {}, "groups": {}, "callers": None}
     return cache
 
 
+def host_keys(view):
+    """The keys of the view's host-only nodes (msopt.host_only.host_only), found once per view."""
+    cache = _cache(view)
+    if cache["host"] is None:
+        cache["host"] = host_only(view)
+    return cache["host"]
+
+
 def is_host(view, key):
-    """Whether the node ``key`` keeps its device (is_host_only), asked once per node and view."""
-    memo = _cache(view)["host"]
-    return memo[key] if key in memo else _ask_host(view, memo, key)
-
-
-def _ask_host(view, memo, key):
-    node = view.nodes[key]
-    memo[key] = answer = not node.virtual and is_host_only(node, view.string_typed)
-    return answer
+    """Whether the node ``key`` keeps its device (a virtual node never does: it has no device)."""
+    return key in host_keys(view)
 
 
 def view_constraints(view, scope=None):
@@ -83,14 +83,13 @@ def view_constraints(view, scope=None):
     cache = _cache(view)
     if scope in cache["groups"]:
         return cache["groups"][scope]
-    memo = cache["host"]
-    host_of = functools.partial(_ask_host, view, memo)  # host-only nodes link to nothing: they keep their device
+    everywhere = host_keys(view)  # host-only nodes link to nothing: they keep their device
     if cache["callers"] is None:
         cache["callers"] = _Callers(view)
     bodies, callers, nodes = view.bodies, cache["callers"], view.nodes
     active = reach(set(bodies) if scope is None else _functions_of(scope), callers)
     while True:
-        found = link_groups(_links(view, cache["links"], [f for f in bodies if f in active], bodies, host_of, memo))
+        found = link_groups(_links(view, cache["links"], [f for f in bodies if f in active], bodies, everywhere))
         if scope is not None:
             found = [group for group in found if not scope.isdisjoint(group[0])]
             grown = {nodes[k].function for keys, _ in found for k in keys}
@@ -99,8 +98,7 @@ def view_constraints(view, scope=None):
                 continue
         break
     groups = [(real, kinds) for keys, kinds in found if (real := [k for k in keys if not nodes[k].virtual])]
-    keys = (n.key for n in view.real_nodes()) if scope is None else scope
-    host = {k for k in keys if (memo[k] if k in memo else host_of(k))}  # the memo asked inline: most are known
+    host = set(everywhere) if scope is None else {k for k in everywhere if k in scope}
     cache["groups"] = {scope: (host, groups)}  # the last scope only: the auto search asks for one
     return host, groups
 
@@ -127,7 +125,7 @@ def _functions_of(scope):
     return {key.rpartition(":")[0] for key in scope}
 
 
-def _links(view, done, functions, bodies, host_of, memo):
+def _links(view, done, functions, bodies, host):
     """The links of ``functions`` (in the view's order), linker by linker: each link belongs to the body of its first
     node, and each body is linked once per view (``done``: function -> its links, one list per linker)."""
     todo = [f for f in functions if f not in done]
@@ -136,10 +134,8 @@ def _links(view, done, functions, bodies, host_of, memo):
         members = [node for f in todo for node in bodies[f]]
         nodes = view.nodes
         for index, (kind, linker) in enumerate(LINKERS):
-            for a, b in linker(
-                view, members
-            ):  # host_of fills ``memo``: asked inline first, most links meet known nodes
-                if not (memo[a] if a in memo else host_of(a)) and not (memo[b] if b in memo else host_of(b)):
+            for a, b in linker(view, members):
+                if a not in host and b not in host:
                     found[nodes[a].function][index].append((a, b, kind))
         done.update(found)
     return [link for index in range(len(LINKERS)) for f in functions for link in done[f][index]]

@@ -299,15 +299,13 @@ def test_string_and_kernel_less_ops_keep_their_device(sample_view):
 @pytest.mark.parametrize("name", ["stage_tf2", "deepfm_tf2", "stage_tf1"])
 def test_the_views_string_types_are_those_the_attributes_say(sample_view, name):
     """With a library the view reads every node's attributes for its calls and notes the string-typed ones there;
-    the host test then asks that set instead of reading the attributes again: the answers are the same."""
+    host_only then tests op types and asks that set: the nodes are those whose attributes, read one by one, say so."""
     _, view = sample_view(name)
     assert (view.string_typed is not None) == ("stage_tf1" != name)
-    nodes = list(view.real_nodes())
-    read = [is_host_only(n) for n in nodes]
-    assert [is_host_only(n, view.string_typed) for n in nodes] == read
+    read = {n.key for n in view.real_nodes() if is_host_only(n)}
+    assert host_only(view) == read and len(read) >= 3
     if view.string_typed is not None:
-        assert view.string_typed and all(is_host_only(view.nodes[k]) for k in view.string_typed)
-        assert host_only(view) == {n.key for n, host in zip(nodes, read) if host}
+        assert view.string_typed and view.string_typed <= read
 
 
 def test_host_only_plan_verifies(msopt, tmp_path):
