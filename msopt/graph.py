@@ -12,6 +12,8 @@ from msopt.host_only import STRING_ATTRS, says_string
 
 MAIN = ""  # the function name of the main graph
 STREAM_ATTR = "_stream_id"
+# Private attributes the constraints' linkers look for (colocation, XLA clusters): noted while the calls are read.
+NOTED_ATTRS = ("_class", "_xla_compile_id", "_XlaCompile")
 
 
 def node_key(function, name):
@@ -88,9 +90,12 @@ class GraphView:
         self.bodies = {}  # function -> its real nodes, in the view's order (the main graph's first)
         self._by_op = None  # (real nodes, op types, each node's op type code): made when first asked
         library = {f.signature.name: f for f in graph_def.library.function}
-        # Keys whose dtype attributes say string (msopt.host_only), found where the calls are read from every node's
-        # attributes: with a library. None without one: each host test reads the attributes itself.
+        # Found where the calls are read from every node's attributes (with a library; None without one, and then
+        # their readers read the attributes): the keys whose dtype attributes say string (msopt.host_only), and
+        # the keys carrying each of NOTED_ATTRS.
         self.string_typed = set() if library else None
+        self._noted = {name: set() for name in NOTED_ATTRS} if library else None
+        self._reading = {**dict.fromkeys(STRING_ATTRS), **(self._noted or {})}  # attribute name -> where it is noted
         self._add_graph(MAIN, graph_def.node, library)
         for name, fdef in library.items():
             info = FunctionInfo(name, fdef)
@@ -115,7 +120,7 @@ class GraphView:
             key = node_key(function, name)
             node = Node(key, name, ops.setdefault(op, op), function, nd)
             if library:  # only library functions are called
-                node.calls = _called_functions(nd, library, key, self.string_typed) or ()
+                node.calls = self._called_functions(nd, library, key) or ()
             nodes[key] = node
             added.append(node)
         self.bodies.setdefault(function, []).extend(added)
@@ -134,6 +139,27 @@ class GraphView:
                 if source is not None:
                     node.inputs.append((source.key, port))
                     source.outputs.append(node.key)
+
+    def _called_functions(self, node_def, library, key):
+        """The library functions ``node_def`` calls; on the way (reading the attributes is most of the cost), ``key``
+        is noted as string-typed or as carrying one of NOTED_ATTRS."""
+        called, reading = [], self._reading
+        if node_def.op in library:
+            called.append(node_def.op)
+        for attr_name in sorted(node_def.attr):  # a stable order: map order differs between processes
+            value = node_def.attr[attr_name]
+            kind = value.WhichOneof("value")
+            if kind == "func" and value.func.name in library:
+                called.append(value.func.name)
+            elif kind == "list":
+                called.extend(f.name for f in value.list.func if f.name in library)
+            if attr_name in reading:
+                noted = reading[attr_name]
+                if noted is not None:
+                    noted.add(key)
+                elif says_string(value, kind):
+                    self.string_typed.add(key)
+        return called
 
     @staticmethod
     def _source(function, ref):
@@ -165,6 +191,13 @@ class GraphView:
 
         return list(map(real.__getitem__, np.flatnonzero(np.array(table, bool)[codes]).tolist()))
 
+    def with_attr(self, nodes, *names):
+        """The nodes of ``nodes`` (real ones) carrying any of the attributes ``names`` (of NOTED_ATTRS), in order."""
+        if self._noted is None:
+            return [node for node in nodes if any(name in node.proto.attr for name in names)]
+        noted = set().union(*(self._noted[name] for name in names))
+        return [node for node in nodes if node.key in noted] if noted else []
+
     def edges(self):
         """Yield (source key, destination key, is_control) for every edge between nodes."""
         for node in self.nodes.values():
@@ -188,21 +221,3 @@ def reach(found, edges):
                 found.add(other)
                 pending.append(other)
     return found
-
-
-def _called_functions(node_def, library, key, string_typed):
-    """The library functions ``node_def`` calls; ``key`` joins ``string_typed`` if a dtype attribute says string (one
-    pass over the attributes for both: reading them is most of the cost)."""
-    called = []
-    if node_def.op in library:
-        called.append(node_def.op)
-    for attr_name in sorted(node_def.attr):  # a stable order: map order differs between processes
-        value = node_def.attr[attr_name]
-        kind = value.WhichOneof("value")
-        if kind == "func" and value.func.name in library:
-            called.append(value.func.name)
-        elif kind == "list":
-            called.extend(f.name for f in value.list.func if f.name in library)
-        if attr_name in STRING_ATTRS and says_string(value, kind):
-            string_typed.add(key)
-    return called

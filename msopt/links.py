@@ -144,9 +144,7 @@ def _links(view, done, functions, bodies, host):
 def colocation_links(view, nodes):
     """Members of one colocation group (``_class: loc:@name``) with the group's named node (of ``nodes``: real
     nodes of whole bodies, in the view's order)."""
-    for node in nodes:
-        if "_class" not in node.proto.attr:
-            continue
+    for node in view.with_attr(nodes, "_class"):
         for entry in node.proto.attr["_class"].list.s:
             entry = entry.decode(errors="replace")
             if entry.startswith("loc:@"):
@@ -180,17 +178,20 @@ def resource_carriers(view, nodes):
     """Keys of nodes whose output is a resource handle or a reference (of the bodies of ``nodes``: real nodes of whole
     bodies)."""
     carriers = set()
-    for name in dict.fromkeys(node.function for node in nodes):  # a body without real nodes reads nothing
+    bodies = dict.fromkeys(node.function for node in nodes)  # a body without real nodes reads nothing
+    for name in bodies:
         info = view.functions.get(name)
         if info is None:
             continue
         for key, arg in zip(info.args, info.proto.signature.input_arg):
             if arg.type == DT_RESOURCE or arg.type > REF_OFFSET or arg.is_ref:
                 carriers.add(key)
-    for node in nodes:
+    for node in view.of_ops(_may_carry):  # the view's nodes of these op types (one test per op type)
+        if node.function not in bodies:
+            continue
         if node.op in RESOURCE_PRODUCERS:
             carriers.add(node.key)
-        elif node.op == "Placeholder":
+        else:  # a Placeholder
             dtype = node.proto.attr["dtype"].type if "dtype" in node.proto.attr else 0
             if dtype == DT_RESOURCE or dtype > REF_OFFSET:
                 carriers.add(node.key)
@@ -203,6 +204,10 @@ def resource_carriers(view, nodes):
                 carriers.add(consumer)
                 frontier.append(consumer)
     return carriers
+
+
+def _may_carry(op):
+    return op in RESOURCE_PRODUCERS or op == "Placeholder"
 
 
 def _passes_handle(node):

@@ -44,10 +44,8 @@ def _compile_run_links(view, nodes):
 
 def _attribute_links(view, nodes):
     clusters = defaultdict(list)
-    for node in nodes:
+    for node in view.with_attr(nodes, "_xla_compile_id", "_XlaCompile"):
         attrs = node.proto.attr
-        if not attrs:
-            continue
         if "_xla_compile_id" in attrs:
             clusters[(node.function, "id", attrs["_xla_compile_id"].s)].append(node.key)
         elif _flag(attrs, "_XlaCompile"):

@@ -318,6 +318,38 @@ def test_a_jit_scope_cluster_shares_one_stream():
     assert "XLA cluster" in next(m["reason"] for m in merges if "xla" in m["constraint"])
 
 
+def test_clusters_and_colocations_are_the_same_where_the_view_notes_their_attributes():
+    """With a library the view notes _XlaCompile, _xla_compile_id and _class while it reads each node's calls, and
+    the linkers read only the nodes noted: the nodes and groups are those of a view reading every node."""
+    import tensorflow as tf
+    from tensorflow.python.compiler.xla import jit
+
+    from msopt import constraints, protos
+    from msopt.graph import NOTED_ATTRS
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        with jit.experimental_jit_scope():
+            a = tf.nn.relu(x, name="a")
+            b = tf.math.square(a, name="b")
+        with tf.compat.v1.colocate_with(x):
+            c = tf.identity(b, name="c")
+        tf.math.negative(c, name="d")
+    plain = protos.GraphDef.FromString(graph.as_graph_def().SerializeToString())
+    with_library = protos.GraphDef.FromString(plain.SerializeToString())
+    with_library.library.function.add().signature.name = "unused"  # a library: the view reads every attribute
+    views = [GraphView(plain), GraphView(with_library)]
+    assert views[0].string_typed is None and views[1].string_typed is not None
+    for name in NOTED_ATTRS:
+        found = [[n.key for n in view.with_attr(list(view.real_nodes()), name)] for view in views]
+        assert found[0] == found[1] == [n.key for n in views[0].real_nodes() if name in n.proto.attr]
+    assert [n.key for n in views[1].with_attr(list(views[1].real_nodes()), "_XlaCompile", "_class")] == ["a", "b", "c"]
+    partition = {"a": 0, "b": 1, "c": 1, "d": 0}
+    plans = [constraints.apply(view, partition, 2) for view in views]
+    assert plans[0] == plans[1] and {m["constraint"] for m in plans[0][1]} >= {"xla", "colocation"}
+
+
 def test_an_auto_clustered_compile_and_its_run_share_one_stream(hand_view):
     from msopt import constraints
 
