@@ -1,5 +1,7 @@
 """The msopt command line: groups the commands (msopt.commands) and maps errors to exit codes and one-line messages."""
 
+import atexit
+import gc
 import os
 import sys
 from importlib import import_module
@@ -112,6 +114,17 @@ def main():
       msopt inspect sample_models/linreg_tf1
       msopt partition sample_models/linreg_tf1 --streams 2 --verify
     """
+    atexit.unregister(no_final_collection)  # once per process, however often the group runs in it
+    atexit.register(no_final_collection)
+
+
+def no_final_collection():
+    """At exit (after the command, its outputs written and closed): freeze every object left, so the interpreter's
+    final full collections do not walk them all to free memory the process returns anyway (0.35 s of a 3.5 s
+    partition of a 61,000-node model). A process that loaded TensorFlow keeps its usual teardown: its objects'
+    finalizers may have work to do."""
+    if "tensorflow" not in sys.modules:
+        gc.freeze()
 
 
 if __name__ == "__main__":
