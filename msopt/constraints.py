@@ -95,7 +95,7 @@ def vote(view, members, assigned, fallback):
         return next(iter(assigned.values()))
     member_set = set(members)
     pools = (  # the first non-empty pool votes; built one at a time
-        lambda: [k for k in assigned if k not in fallback and _consumes_for_model(view, k, member_set)],
+        lambda: [k for k in assigned if k not in fallback and voter_class(view, k, member_set) == 0],
         lambda: [k for k in assigned if k not in fallback and view.nodes[k].op not in _NOT_VOTING],
         lambda: [k for k in assigned if k not in fallback],
         lambda: list(assigned),
@@ -109,13 +109,16 @@ def vote(view, members, assigned, fallback):
     return min(s for s, c in counts.items() if c == best)
 
 
-def _consumes_for_model(view, key, members):
-    """A member whose results leave the group (a lookup or a read the model uses)."""
+def voter_class(view, key, members):
+    """Which of the vote's pools member ``key`` of the group ``members`` (a set) is in: 0, its results leave the group
+    (a lookup or a read the model uses); 1, any other member that does not only manage a resource's life; 2, the
+    rest. Without a fallback, the votes come from the least class among the assigned members."""
     node = view.nodes[key]
-    if node.op in RESOURCE_PRODUCERS or node.op in BOOKKEEPING_OPS:
-        return False
+    if node.op in _NOT_VOTING:
+        return 2
     nodes = view.nodes
-    return any(out not in members and not is_host(view, out) for out in node.outputs if not nodes[out].virtual)
+    leaves = any(out not in members and not is_host(view, out) for out in node.outputs if nodes[out].proto is not None)
+    return 0 if leaves else 1
 
 
 _REASONS = {

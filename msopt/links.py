@@ -97,7 +97,7 @@ def view_constraints(view, scope=None):
                 active = reach(active | grown, callers)
                 continue
         break
-    groups = [(real, kinds) for keys, kinds in found if (real := [k for k in keys if not nodes[k].virtual])]
+    groups = [(real, kinds) for keys, kinds in found if (real := [k for k in keys if nodes[k].proto is not None])]
     host = set(everywhere) if scope is None else {k for k in everywhere if k in scope}
     cache["groups"] = {scope: (host, groups)}  # the last scope only: the auto search asks for one
     return host, groups

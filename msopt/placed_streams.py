@@ -13,7 +13,7 @@ from itertools import chain, repeat
 
 import numpy as np
 
-from msopt.constraints import vote
+from msopt.constraints import voter_class
 from msopt.links import view_constraints
 
 UNASSIGNED = -1
@@ -42,6 +42,7 @@ class PlacedStreams:
         self.member_at = np.fromiter(map(at, members), np.int64, len(members))
         self.group_sizes = np.fromiter((len(real) for real, _ in self.groups), np.int64, len(self.groups))
         self.group_starts = np.concatenate([[0], np.cumsum(self.group_sizes)[:-1]]).astype(np.int64)
+        self.voter_classes = np.full(len(members), -1, np.int8)  # per member (msopt.constraints.voter_class)
         self.call_at = np.fromiter(map(at, calls), np.int64, len(calls))
         self.parents = [parent for _, parent in t.instances[1:]]
         self.task_instance = np.asarray(t.instance, np.int64) if calls else None
@@ -84,14 +85,30 @@ class PlacedStreams:
         top = np.maximum.reduceat(values, starts)  # -1: no member assigned
         least = np.minimum.reduceat(np.where(values < 0, np.iinfo(np.int64).max, values), starts)
         target = np.where((top > 0) & (least == top), top, UNASSIGNED)
-        for g in np.flatnonzero((top >= 0) & (least != top)).tolist():  # members on different streams
-            real = self.groups[g][0]
-            start = int(starts[g])
-            streams = values[start : start + len(real)].tolist()
-            target[g] = vote(self.view, real, {k: s for k, s in zip(real, streams) if s >= 0}, ())
+        mixed = np.flatnonzero((top >= 0) & (least != top))  # groups whose assigned members are on several streams
+        if len(mixed):
+            target[mixed] = self._votes(mixed, values, int(top.max()) + 1)
         per_member = np.repeat(target, self.group_sizes)
         moved = per_member >= 0
         placed[self.member_at[moved]] = per_member[moved]
+
+    def _votes(self, mixed, values, streams):
+        """msopt.constraints.vote for each group of ``mixed`` (no fallback): the stream most of its assigned members
+        of the least voter class have, the smallest on a tie. A group's classes are worked out when it first votes."""
+        sizes, starts = self.group_sizes[mixed], self.group_starts[mixed]
+        classes = self.voter_classes
+        for g in mixed[classes[starts] < 0].tolist():
+            real, start = self.groups[g][0], int(self.group_starts[g])
+            members = set(real)
+            classes[start : start + len(real)] = [voter_class(self.view, key, members) for key in real]
+        at = np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))  # their members
+        group = np.repeat(np.arange(len(mixed)), sizes)
+        stream, kind = values[at], classes[at]
+        kind = np.where(stream >= 0, kind, 3)  # an unassigned member does not vote
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        voters = kind == np.minimum.reduceat(kind, offsets)[group]
+        counts = np.bincount(group[voters] * streams + stream[voters], minlength=len(mixed) * streams)
+        return counts.reshape(len(mixed), streams).argmax(axis=1)  # the first of the most: the smallest stream
 
     def _task_streams(self, placed):
         """Each task's stream: its own, else its call's (recursively), else 0 (msopt.simulate.streams_of)."""

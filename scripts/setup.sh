@@ -25,6 +25,10 @@ fi
 
 python3 -m pip install -q --disable-pip-version-check -e ".[test]"
 
+# Compile msopt's bytecode, as pip does for a package it installs (not for an editable one): each command then
+# reads its modules instead of compiling them again (every run, where PYTHONDONTWRITEBYTECODE is set).
+python3 -m compileall -q msopt
+
 # Compile the planner's loops ahead of time into msopt/_loops (gcc links it), so that no run loads numba;
 # then once just in time too (numba keeps them in its on-disk cache), for runs with MSOPT_PREBUILT=0 and
 # tests waiting on a subprocess that compare both forms.
