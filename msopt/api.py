@@ -154,6 +154,7 @@ def partition(
         force,
         const_copies=result.const_copies,
         check=check if verify else None,
+        view=view,
     )
     document = {
         "model": model,

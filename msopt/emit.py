@@ -40,18 +40,19 @@ def device_name(device_type, stream):
     return f"/device:{device_type.upper()}:{stream}"
 
 
-def rewrite_meta_graph(out, partition, placement="attr", device_type="gpu", const_copies=None):
+def rewrite_meta_graph(out, partition, placement="attr", device_type="gpu", const_copies=None, view=None):
     """``out`` (a MetaGraphDef, changed in place) made to carry the partition; nodes outside it lose any _stream_id.
 
     ``const_copies`` ({Const key: [streams]}, from msopt.const_copies) adds one copy of
-    each listed Const per stream, consumed by that stream's nodes instead of the original.
+    each listed Const per stream, consumed by that stream's nodes instead of the original. ``view`` (the
+    GraphView of ``out`` as it was read) finds their consumers without reading every node.
     """
     graph = out.graph_def
-    _assign(graph.node, MAIN, partition, placement, device_type)
+    _assign(graph.node, MAIN, partition, placement, device_type, view)
     for fdef in graph.library.function:
-        _assign(fdef.node_def, fdef.signature.name, partition, placement, device_type)
+        _assign(fdef.node_def, fdef.signature.name, partition, placement, device_type, view)
     if const_copies:
-        _copy_consts(graph, partition, const_copies, placement, device_type)
+        _copy_consts(graph, partition, const_copies, placement, device_type, view)
     if placement == "device":
         _place_captured_variables(out, partition, device_type)
     return out
@@ -61,7 +62,7 @@ def copy_name(name, stream):
     return f"{name}/_ms_copy_{stream}"
 
 
-def _copy_consts(graph, partition, copies, placement, device_type):
+def _copy_consts(graph, partition, copies, placement, device_type, view=None):
     wanted_in = {}  # function -> {Const name: streams}
     for key, streams in copies.items():
         function, _, name = key.rpartition(":")  # node names hold no ':'
@@ -71,10 +72,11 @@ def _copy_consts(graph, partition, copies, placement, device_type):
         wanted = wanted_in.get(function)
         if not wanted:
             continue
-        prefix, originals = node_key(function, ""), {}
-        for consumer in node_defs:
+        prefix = node_key(function, "")
+        readers, originals = (node_defs, {}) if view is None else _readers(view, function, prefix, wanted, node_defs)
+        for consumer in readers:
             name = consumer.name
-            if name in wanted:
+            if view is None and name in wanted:
                 originals[name] = consumer
             stream = partition.get(prefix + name)
             if stream is None:
@@ -92,6 +94,17 @@ def _copy_consts(graph, partition, copies, placement, device_type):
                 node.attr[STREAM_ATTR].i = stream
                 if placement == "device":
                     node.device = device_name(device_type, stream)
+
+
+def _readers(view, function, prefix, wanted, node_defs):
+    """(the NodeDefs of a body that may read one of its ``wanted`` Consts, {Const name: its NodeDef} in the body's
+    order), found from the view's edges instead of reading every NodeDef: the view lists a body's nodes in NodeDef
+    order, and every node naming a Const among its inputs is among the Const's consumers."""
+    body = view.bodies[function]
+    position = {node.key: i for i, node in enumerate(body)}
+    consts = sorted(position[prefix + name] for name in wanted)
+    readers = sorted({position[c] for i in consts for c in body[i].outputs if c in position})
+    return [node_defs[i] for i in readers], {body[i].name: node_defs[i] for i in consts}
 
 
 def _place_captured_variables(meta, partition, device_type):
@@ -118,9 +131,13 @@ def _place_captured_variables(meta, partition, device_type):
                 target.variable.device = device_name(device_type, partition[source])
 
 
-def _assign(node_defs, function, partition, placement, device_type):
-    for nd in node_defs:
-        stream = partition.get(node_key(function, nd.name))
+def _assign(node_defs, function, partition, placement, device_type, view=None):
+    if view is not None:  # the view's keys of the body's nodes, in NodeDef order: no name read from the NodeDefs
+        keys = [node.key for node in view.bodies.get(function, ())]
+    else:
+        keys = [node_key(function, nd.name) for nd in node_defs]
+    for nd, key in zip(node_defs, keys, strict=True):
+        stream = partition.get(key)
         if stream is None:
             if STREAM_ATTR in nd.attr:
                 del nd.attr[STREAM_ATTR]
@@ -130,8 +147,11 @@ def _assign(node_defs, function, partition, placement, device_type):
             nd.device = device_name(device_type, stream)
 
 
-def write(model, partition, out, placement="attr", device_type="gpu", force=False, const_copies=None, check=None):
-    """Write ``model`` with ``partition`` applied to ``out``; returns the path written.
+def write(
+    model, partition, out, placement="attr", device_type="gpu", force=False, const_copies=None, check=None, view=None
+):
+    """Write ``model`` with ``partition`` applied to ``out``; returns the path written. ``view``, the model's GraphView,
+    if the caller has it: the Const copies' consumers are read from it.
 
     ``check(path)``, when given, sees the complete model before it reaches ``out``: unless it returns
     true, nothing is written (an existing ``out`` stays as it was) and the result is None.
@@ -140,7 +160,7 @@ def write(model, partition, out, placement="attr", device_type="gpu", force=Fals
     check_output(model, out, force)
     whole = model.copy()  # the file's message, rewritten in place: nothing copied twice
     meta = whole.meta_graphs[model.index] if model.format == "saved_model" else whole
-    rewrite_meta_graph(meta, partition, placement, device_type, const_copies)
+    rewrite_meta_graph(meta, partition, placement, device_type, const_copies, view)
     with outputs.staged(out) as built:
         if model.format == "saved_model":
             built.mkdir()

@@ -193,8 +193,13 @@ class GraphView:
 
     def with_attr(self, nodes, *names):
         """The nodes of ``nodes`` (real ones) carrying any of the attributes ``names`` (of NOTED_ATTRS), in order."""
-        if self._noted is None:
-            return [node for node in nodes if any(name in node.proto.attr for name in names)]
+        if self._noted is None:  # read here: an empty attribute map is the cheap common case
+            first, *rest = names
+            return [
+                node
+                for node in nodes
+                if (attr := node.proto.attr) and (first in attr or (rest and any(name in attr for name in rest)))
+            ]
         noted = set().union(*(self._noted[name] for name in names))
         return [node for node in nodes if node.key in noted] if noted else []
 
