@@ -202,7 +202,7 @@ def breakdown(path, streams):
     out = tempfile.mkdtemp(prefix="plan_speed_")
     try:
         with clock("emit"):
-            emit.write(loaded, result.partition, os.path.join(out, "m"), const_copies=result.const_copies)
+            emit.write(loaded, result.partition, os.path.join(out, "m"), const_copies=result.const_copies, view=view)
     finally:
         shutil.rmtree(out, ignore_errors=True)
     with clock("report: the written run (Const copies)"):
