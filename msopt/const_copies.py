@@ -1,6 +1,6 @@
 """Which Const nodes get a copy per consuming stream (DeepRec's constant duplication): emit writes them."""
 
-from msopt.links import is_host
+from msopt.links import host_keys
 
 
 def const_copies(view, partition):
@@ -9,7 +9,7 @@ def const_copies(view, partition):
     Consts in a colocation group or under control dependencies stay single.
     """
     copies = {}
-    get = partition.get
+    get, nodes, host = partition.get, view.nodes, host_keys(view)
     for node in view.of_ops("Const".__eq__):
         if node.control_inputs:
             continue
@@ -18,8 +18,9 @@ def const_copies(view, partition):
         wanted = {
             stream
             for c in node.outputs
-            if (stream := get(c, own)) != own and any(s == key for s, _ in view.nodes[c].inputs)
-        }  # the partition first: the attributes below are read only for a Const other streams consume
-        if wanted and "_class" not in node.proto.attr and not is_host(view, key):
+            if (stream := get(c, own)) != own
+            and (key not in nodes[c].control_inputs or any(s == key for s, _ in nodes[c].inputs))
+        }  # a consumer reads the Const as data unless it waits on it: then its inputs say
+        if wanted and not view.has_attr(node, "_class") and key not in host:
             copies[key] = sorted(wanted)
     return copies

@@ -191,6 +191,10 @@ class GraphView:
 
         return list(map(real.__getitem__, np.flatnonzero(np.array(table, bool)[codes]).tolist()))
 
+    def has_attr(self, node, name):
+        """Whether ``node`` (a real one) carries attribute ``name`` (of NOTED_ATTRS)."""
+        return node.key in self._noted[name] if self._noted is not None else name in node.proto.attr
+
     def with_attr(self, nodes, *names):
         """The nodes of ``nodes`` (real ones) carrying any of the attributes ``names`` (of NOTED_ATTRS), in order."""
         if self._noted is None:  # read here: an empty attribute map is the cheap common case

@@ -3,9 +3,6 @@
 Nodes absent from a partition run on the default stream 0 and keep their device.
 """
 
-from collections import defaultdict
-from operator import itemgetter
-
 from msopt.errors import InputError
 from msopt.graph import MAIN
 
@@ -22,22 +19,31 @@ def check_range(partition, streams, source="the existing _stream_id attribute"):
 def summarize(view, partition, streams):
     """The report's partition figures: per stream, per function, and the edges between streams."""
     total = _Tally(streams)
-    per_function = defaultdict(lambda: _Tally(streams))
-    stream_of = partition.get
+    per_function = {}
+    get = partition.get
     nodes = view.nodes
-    for node in view.real_nodes():  # a virtual node (a function argument) reads nothing
-        stream = stream_of(node.key, 0)
-        tally = per_function[node.function]
-        total.nodes[stream] += 1
-        tally.nodes[stream] += 1
-        total.assigned += node.key in partition
-        for sources, is_control in ((map(itemgetter(0), node.inputs), False), (node.control_inputs, True)):
-            for src in sources:
-                if stream_of(src, 0) != stream and nodes[src].proto is not None:
-                    for t in (total, tally):
-                        t.cross += 1
-                        t.cross_control += is_control
+    for function, body in view.bodies.items():  # a virtual node (a function argument) reads nothing
+        if not body:
+            continue
+        tally = per_function[function] = _Tally(streams)
+        counts = tally.nodes
+        cross = cross_control = 0
+        for node in body:  # counted in locals, added to the tallies once per body
+            stream = get(node.key, 0)
+            counts[stream] += 1
+            for src, _ in node.inputs:
+                if get(src, 0) != stream and nodes[src].proto is not None:
+                    cross += 1
+            for src in node.control_inputs:
+                if get(src, 0) != stream and nodes[src].proto is not None:
+                    cross_control += 1
+        tally.cross, tally.cross_control = cross + cross_control, cross_control
+        total.cross += tally.cross
+        total.cross_control += cross_control
+        total.nodes = [a + b for a, b in zip(total.nodes, counts)]
+        total.assigned += sum(1 for node in body if node.key in partition)
     functions = {name: t.as_dict() for name, t in per_function.items() if name != MAIN}
+    main = per_function.get(MAIN) or _Tally(streams)
     return {
         "streams": streams,
         "nodes": sum(total.nodes),
@@ -45,7 +51,7 @@ def summarize(view, partition, streams):
         "nodes_per_stream": total.nodes,
         "cross_stream_edges": total.cross,
         "cross_stream_control_edges": total.cross_control,
-        "main_graph": per_function[MAIN].as_dict(),
+        "main_graph": main.as_dict(),
         "functions": functions,
     }
 

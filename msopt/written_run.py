@@ -28,7 +28,7 @@ def as_written(cost_model, partition, copies, roots=None):
     a copy nobody in the run reads is not run, nor is an original Const left without readers."""
     t = cost_model.tasks
     keys = t.key
-    copied = [i for i, key in enumerate(keys) if key in copies]
+    copied = [i for i, key in enumerate(keys) if key in copies] if copies else []
     if not copied:
         return cost_model, partition
     n = len(keys)
@@ -43,28 +43,36 @@ def as_written(cost_model, partition, copies, roots=None):
     data_dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(data_ptr))
     control_dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(control_ptr))
     src = base[data_src]
-    for e in np.flatnonzero(extra[data_src] > 0).tolist():  # edges leaving a copied Const
-        i = int(data_src[e])
-        reader = _view_reader(t, i, int(data_dst[e]))
+    leaving = np.flatnonzero(extra[data_src] > 0)  # edges leaving a copied Const
+    moved, to = [], []
+    for e, i, j, first in zip(
+        leaving.tolist(), data_src[leaving].tolist(), data_dst[leaving].tolist(), base[data_src[leaving]].tolist()
+    ):  # read as lists: an element of an array costs more to read or write than the work per edge
+        reader = _view_reader(t, i, j)
         streams = copies[keys[i]]
         if reader is not None and partition.get(reader) in streams:
-            src[e] = base[i] + 1 + streams.index(partition[reader])
+            moved.append(e)
+            to.append(first + 1 + streams.index(partition[reader]))
+    src[moved] = to
     keep = np.ones(total, bool)
     if roots is not None:  # the main graph runs back from the roots: unread copies and originals do not run
         root_set = set(roots)
-        for i in copied:
-            if t.instance[i] == 0:
-                keep[base[i] + (keys[i] in root_set) : base[i] + extra[i] + 1] = False
+        in_main = np.zeros(n, bool)  # a copied task of the main graph
+        in_main[copied] = np.asarray(t.instance, np.int64)[copied] == 0
+        is_root = np.zeros(n, np.int64)
+        is_root[[i for i in copied if keys[i] in root_set]] = 1
+        keep[in_main[of_slot] & (copy_rank >= is_root[of_slot])] = False  # the copies, and an original not a root
         keep[src] = True
         keep[base[control_src]] = True
     made = _creation_order(t, base, of_slot, copy_rank, keep)
     created = np.empty(total, np.int64)
     created[made] = np.arange(len(made), dtype=np.int64)
 
-    key_of = {}
-    for i in copied:
+    key_of, streams_of_copies = {}, []
+    for i, first in zip(copied, base[copied].tolist()):
         for r, stream in enumerate(copies[keys[i]]):
-            key_of[int(base[i]) + 1 + r] = copy_name(keys[i], stream)
+            key_of[first + 1 + r] = name = copy_name(keys[i], stream)
+            streams_of_copies.append((name, stream))
     slots = made.tolist()
     tasks_made = of_slot[made]
     ops = _spread(t.op, tasks_made)
@@ -87,8 +95,7 @@ def as_written(cost_model, partition, copies, roots=None):
     for i in np.flatnonzero(copy_rank[made][written.created] > 0).tolist():
         model.duration[i], model.share[i], model.kernel[i], model.flops[i] = 0.0, 0.0, False, 0.0
     placed = dict(partition)
-    for slot, name in key_of.items():
-        placed[name] = copies[keys[int(of_slot[slot])]][int(copy_rank[slot]) - 1]
+    placed.update(streams_of_copies)
     return model, placed
 
 
