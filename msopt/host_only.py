@@ -56,6 +56,8 @@ def is_host_only(node):
     if is_host_op(node.op):
         return True
     attr = node.proto.attr  # a new map wrapper on each access
+    if not attr:
+        return False
     for name in STRING_ATTRS:
         if name in attr:
             value = attr[name]

@@ -87,12 +87,13 @@ def view_constraints(view, scope=None):
     if cache["callers"] is None:
         cache["callers"] = _Callers(view)
     bodies, callers, nodes = view.bodies, cache["callers"], view.nodes
-    active = reach(set(bodies) if scope is None else _functions_of(scope), callers)
+    whole = scope is None or len(bodies) == 1  # one body (no library): every group is in it, none grows
+    active = set(bodies) if whole else reach(_functions_of(scope), callers)
     while True:
         found = link_groups(_links(view, cache["links"], [f for f in bodies if f in active], bodies, everywhere))
         if scope is not None:
             found = [group for group in found if not scope.isdisjoint(group[0])]
-            grown = {nodes[k].function for keys, _ in found for k in keys}
+            grown = set() if whole else {nodes[k].function for keys, _ in found for k in keys}
             if not grown <= active:
                 active = reach(active | grown, callers)
                 continue
