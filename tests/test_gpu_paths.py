@@ -298,11 +298,14 @@ def test_gpu_profile_sums_kernels_from_stream_all_and_keeps_launches_as_host_tim
 
 
 # -- XLA clusters stay on one stream ----------------------------------------------------------------------
-def test_a_jit_scope_cluster_shares_one_stream():
+def jit_scope_graph_def(colocated=False):
+    """x -> a -> b in one jit scope -> c (an Identity; colocated with x, and read by d, if ``colocated``)."""
+    import contextlib
+
     import tensorflow as tf
     from tensorflow.python.compiler.xla import jit
 
-    from msopt import constraints, protos
+    from msopt import protos
 
     graph = tf.Graph()
     with graph.as_default():
@@ -310,8 +313,17 @@ def test_a_jit_scope_cluster_shares_one_stream():
         with jit.experimental_jit_scope():
             a = tf.nn.relu(x, name="a")
             b = tf.math.square(a, name="b")
-        tf.identity(b, name="c")
-    view = GraphView(protos.GraphDef.FromString(graph.as_graph_def().SerializeToString()))
+        with tf.compat.v1.colocate_with(x) if colocated else contextlib.nullcontext():
+            c = tf.identity(b, name="c")
+        if colocated:
+            tf.math.negative(c, name="d")
+    return protos.GraphDef.FromString(graph.as_graph_def().SerializeToString())
+
+
+def test_a_jit_scope_cluster_shares_one_stream():
+    from msopt import constraints
+
+    view = GraphView(jit_scope_graph_def())
     assert view.nodes["a"].proto.attr["_XlaCompile"].b
     plan, merges = constraints.apply(view, {"a": 0, "b": 1, "c": 1}, 2)
     assert plan["a"] == plan["b"] and any("xla" in m["constraint"] for m in merges)
@@ -321,22 +333,10 @@ def test_a_jit_scope_cluster_shares_one_stream():
 def test_clusters_and_colocations_are_the_same_where_the_view_notes_their_attributes():
     """With a library the view notes _XlaCompile, _xla_compile_id and _class while it reads each node's calls, and
     the linkers read only the nodes noted: the nodes and groups are those of a view reading every node."""
-    import tensorflow as tf
-    from tensorflow.python.compiler.xla import jit
-
     from msopt import constraints, protos
     from msopt.graph import NOTED_ATTRS
 
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
-        with jit.experimental_jit_scope():
-            a = tf.nn.relu(x, name="a")
-            b = tf.math.square(a, name="b")
-        with tf.compat.v1.colocate_with(x):
-            c = tf.identity(b, name="c")
-        tf.math.negative(c, name="d")
-    plain = protos.GraphDef.FromString(graph.as_graph_def().SerializeToString())
+    plain = jit_scope_graph_def(colocated=True)
     with_library = protos.GraphDef.FromString(plain.SerializeToString())
     with_library.library.function.add().signature.name = "unused"  # a library: the view reads every attribute
     views = [GraphView(plain), GraphView(with_library)]
