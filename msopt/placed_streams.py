@@ -4,8 +4,8 @@ The auto search places every candidate of one run before simulating it. Done on 
 plan, tested each linked group's streams member by member and read the run's streams back key by key (at a million
 op instances, about a third of the search). Here the run's keys are numbered once per search (the run's own keys
 first, then the groups' other members and the call nodes the run was inlined for), and each plan becomes an int
-array over them (-1: unassigned): host-only keys cleared, each group's streams reduced with numpy, the few groups
-whose members disagree put to the same vote as in msopt.constraints. A plan naming a key outside the run, or a
+array over them (-1: unassigned): host-only keys cleared, each group's streams reduced with numpy, the groups
+whose members disagree put to msopt.constraints' vote, on arrays too. A plan naming a key outside the run, or a
 stream outside [0, streams), takes the dict path instead (``__call__`` returns None), whose result or error stands.
 """
 
@@ -101,11 +101,11 @@ class PlacedStreams:
             real, start = self.groups[g][0], int(self.group_starts[g])
             members = set(real)
             classes[start : start + len(real)] = [voter_class(self.view, key, members) for key in real]
-        at = np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))  # their members
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)  # each group's first, once gathered
+        at = np.repeat(starts - offsets, sizes) + np.arange(int(sizes.sum()))  # the members of the mixed groups
         group = np.repeat(np.arange(len(mixed)), sizes)
         stream, kind = values[at], classes[at]
         kind = np.where(stream >= 0, kind, 3)  # an unassigned member does not vote
-        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         voters = kind == np.minimum.reduceat(kind, offsets)[group]
         counts = np.bincount(group[voters] * streams + stream[voters], minlength=len(mixed) * streams)
         return counts.reshape(len(mixed), streams).argmax(axis=1)  # the first of the most: the smallest stream
