@@ -11,6 +11,7 @@ in a topological order (TensorFlow's executor's ready order). The cost model, th
 and the rules' walk (msopt.rules.walk, for its argument binding) read this view.
 """
 
+import functools
 from itertools import chain, compress, repeat
 from operator import attrgetter, itemgetter
 
@@ -18,11 +19,13 @@ import numpy as np
 
 from msopt.errors import InputError
 from msopt.graph import MAIN
-from msopt.op_tables import BACK_EDGE_OPS, CALL_OPS, FIRST_INPUT_IS_PREDICATE
-from msopt.op_tables import output_index as _output_index
+from msopt.op_tables import BACK_EDGE_OPS, CALL_OPS, FIRST_INPUT_IS_PREDICATE, output_index
 from msopt.order import topological_array
 from msopt.protos import DTYPE_NAMES
 from msopt.tasks import Tasks, op_codes  # Tasks re-exported: the run's container
+
+# A pure function of (op type, port) called once per named edge of every body instance: a few hundred distinct pairs.
+_output_index = functools.lru_cache(maxsize=4096)(output_index)
 
 
 def flat_run(view, model=None, signature=None):
@@ -223,20 +226,29 @@ class _Builder:
         if back is not None:
             slow |= back[np.maximum(found, 0)] & (found >= 0)
         keep = np.ones(m, bool)
-        nodes_of = self.view.nodes
-        for e in np.flatnonzero(slow).tolist():
-            src, p, f = sources[e], ports[e], int(found[e])
+        nodes_of, ops = self.view.nodes, self.op
+        slow = np.flatnonzero(slow)
+        dropped, named, named_port, resolved, resolved_task = [], [], [], [], []  # set on the arrays at the end
+        for e, f in zip(slow.tolist(), found[slow].tolist()):
+            src, p = sources[e], ports[e]
             if f >= 0:  # a plain op: only a back edge is dropped, a named output is looked up
-                if self.op[f] in BACK_EDGE_OPS:
-                    keep[e] = False
+                if ops[f] in BACK_EDGE_OPS:
+                    dropped.append(e)
                 else:
-                    port[e] = p if p.__class__ is int else _output_index(self.op[f], p)
+                    named.append(e)
+                    named_port.append(p if p.__class__ is int else _output_index(ops[f], p))
                 continue
             ref = self.resolve(instance, src, p)
             if ref is None or nodes_of[src].op in BACK_EDGE_OPS:
-                keep[e] = False
+                dropped.append(e)
             else:
-                found[e], port[e] = ref
+                resolved.append(e)
+                resolved_task.append(ref[0])
+                named.append(e)
+                named_port.append(ref[1])
+        keep[dropped] = False
+        port[named] = named_port
+        found[resolved] = resolved_task
         return dst[keep], found[keep], port[keep]
 
     def control_edges(self, instance, nodes, first):
