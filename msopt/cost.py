@@ -285,11 +285,19 @@ class CostModel:
         return self._preds
 
     def single_stream_us(self):
-        """Simulated makespan with every op on one stream (computed once)."""
+        """Simulated makespan with every op on one stream, computed once per host model that can change it. On one
+        stream no edge crosses streams, so the event loop never reads the copy engine's constants (sync, copy latency,
+        copy streams, merged copies): the with_target copies differing only in them share the figure."""
         if self._single is None:
+            from dataclasses import replace
+
             from msopt.simulate import single_stream
 
-            self._single = single_stream(self).makespan_us
+            key = replace(self.target, sync_us=0.0, copy_latency_us=0.0, copy_streams=0, merge_copy_streams=False)
+            shared = self.__dict__.setdefault("_arrays", {}).setdefault("single_stream_us", {})  # as task_arrays
+            if key not in shared:
+                shared[key] = single_stream(self).makespan_us
+            self._single = shared[key]
         return self._single
 
     def lower_bound(self, streams=1):

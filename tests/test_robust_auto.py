@@ -72,3 +72,20 @@ def test_partition_report_records_robust(msopt, tmp_path):
     assert doc["auto"]["robust"] is True and sim["robust"] is True
     assert sim["speedup_range"][0] >= 1 - 1e-9 and sim["speedup_range"][0] <= sim["speedup"]
     assert len(sim["makespan_ms_range"]) == 2
+
+
+@pytest.mark.parametrize("name", ["towers_tf1", "deepfm_tf2"])
+def test_one_stream_figures_are_shared_only_where_the_copy_engine_alone_differs(sample_view, name):
+    """On one stream no edge crosses streams, so the corners that differ only in the copy engine's constants (sync,
+    copy latency) share one simulation of one stream; each figure is that of its corner simulated on its own."""
+    from msopt.plan import CostOptions, build_cost_model
+    from msopt.simulate import single_stream
+    from msopt.uncertainty import corner_models
+
+    model, view = sample_view(name)
+    cost = build_cost_model(view, model, CostOptions(target="h100"))
+    corners = corner_models(cost)
+    figures = [corner.single_stream_us() for corner in corners]
+    assert figures == [single_stream(corner).makespan_us for corner in corners]
+    assert len(corners) == 8 and len(cost._arrays["single_stream_us"]) == 4  # the copy-engine dimension collapses
+    assert len(set(figures)) >= 2  # the host cost still moves it
