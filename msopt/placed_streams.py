@@ -15,6 +15,7 @@ import numpy as np
 
 from msopt.constraints import voter_class
 from msopt.links import view_constraints
+from msopt.simulate import inherited_streams
 
 UNASSIGNED = -1
 
@@ -44,7 +45,7 @@ class PlacedStreams:
         self.group_starts = np.concatenate([[0], np.cumsum(self.group_sizes)[:-1]]).astype(np.int64)
         self.voter_classes = np.full(len(members), -1, np.int8)  # per member (msopt.constraints.voter_class)
         self.call_at = np.fromiter(map(at, calls), np.int64, len(calls))
-        self.parents = [parent for _, parent in t.instances[1:]]
+        self.instances = t.instances
         self.task_instance = np.asarray(t.instance, np.int64) if calls else None
         self._positions = []  # (key tuple, its positions): most plans name the run's tasks in the run's order
 
@@ -115,7 +116,5 @@ class PlacedStreams:
         own = placed[self.task_at]
         if self.task_instance is None:
             return np.where(own < 0, 0, own)
-        inherited = [0] * (len(self.parents) + 1)
-        for k, (stream, parent) in enumerate(zip(placed[self.call_at].tolist(), self.parents), 1):
-            inherited[k] = stream if stream >= 0 else inherited[parent]  # parents precede children
+        inherited = inherited_streams(self.instances, placed[self.call_at].tolist(), UNASSIGNED)
         return np.where(own < 0, np.asarray(inherited, np.int64)[self.task_instance], own)

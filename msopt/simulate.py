@@ -189,12 +189,18 @@ def stream_array(cost_model, partition, streams):
 def _task_streams(t, partition):
     if len(t.instances) == 1:
         return map(partition.get, t.key, repeat(0, len(t.key)))
-    inst_stream = [0] * len(t.instances)
-    for k, (call_key, parent) in enumerate(t.instances):
-        if k == 0:
-            continue
-        inst_stream[k] = partition.get(call_key, inst_stream[parent])  # parents precede children
+    absent = object()
+    inst_stream = inherited_streams(t.instances, [partition.get(call, absent) for call, _ in t.instances[1:]], absent)
     return map(partition.get, t.key, map(inst_stream.__getitem__, t.instance))
+
+
+def inherited_streams(instances, call_streams, absent):
+    """Per call instance (0, the main graph: stream 0), the stream its tasks without one of their own run on: its
+    call's (``call_streams[k - 1]``), or, where that equals ``absent``, its parent instance's (parents precede children)."""
+    inherited = [0] * len(instances)
+    for k, stream in enumerate(call_streams, 1):
+        inherited[k] = inherited[instances[k][1]] if stream == absent else stream
+    return inherited
 
 
 def simulate(view, partition, streams, cost_model, others=()):
@@ -340,6 +346,7 @@ __all__ = [
     "simulate_streams",
     "run_each",
     "stream_array",
+    "inherited_streams",
     "single_stream",
     "lower_bound",
     "streams_of",
