@@ -138,7 +138,7 @@ class Clock:
 def breakdown(path, streams):
     """One in-process `msopt partition` of ``path``, its steps timed (seconds)."""
     from msopt import cost as cost_module
-    from msopt import emit, flat, shapes
+    from msopt import emit, flat, plan, shapes
     from msopt.api import _as_written, simulated_figures
     from msopt.gc_pause import gc_paused
     from msopt.links import view_constraints
@@ -147,7 +147,6 @@ def breakdown(path, streams):
     from msopt.placed_streams import PlacedStreams
     from msopt.plan import PlanOptions, build_cost_model, make_plan
     from msopt.rules import auto
-    from msopt.simulate import simulate
 
     clock = Clock()
     total = time.process_time()
@@ -189,6 +188,11 @@ def breakdown(path, streams):
             clock.wrap(PlacedStreams, "__call__", lambda *a, **k: "auto: constraints per candidate"),
         ),
         (auto, "simulate_streams", clock.wrap(auto, "simulate_streams", lambda *a, **k: "auto: simulations")),
+        (
+            plan,
+            "_place_consts",
+            clock.wrap(plan, "_place_consts", lambda *a, **k: "plan: Consts moved or copied (the runs as written)"),
+        ),
     ]
     try:
         options = PlanOptions(streams=streams)
@@ -205,10 +209,9 @@ def breakdown(path, streams):
             emit.write(loaded, result.partition, os.path.join(out, "m"), const_copies=result.const_copies, view=view)
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    with clock("report: the written run (Const copies)"):
-        sim_plan, sim_cost = _as_written(view, result, cost_model, loaded, True)
-    with clock("report: simulation, bound and host corners"):
-        simulated_figures(view, sim_plan, streams, sim_cost, simulate)
+    with clock("report: simulation, bound and host corners"):  # the run as written: the plan's, simulated there
+        sim_plan, sim_cost, simulated = _as_written(view, result, cost_model, loaded, True)
+        simulated_figures(view, sim_plan, streams, sim_cost, simulated)
     with clock("report: partition summary"):
         summarize(view, result.partition, streams)
     times = {k: round(v, 4) for k, v in clock.times.items()}

@@ -83,7 +83,6 @@ def partition(
     from msopt import emit
     from msopt.load import open_model
     from msopt.partition import summarize
-    from msopt.simulate import simulate as run_simulation
 
     say = progress or _quiet
     started = time.perf_counter()
@@ -167,8 +166,8 @@ def partition(
         "output": written and out,
         "elapsed_s": verified.pop("elapsed_s", round(time.perf_counter() - started, 3)),
     }
-    sim_plan, sim_cost = _as_written(view, result, cost_model, loaded, written)
-    document["simulated"] = simulated_figures(view, sim_plan, streams, sim_cost, run_simulation)
+    sim_plan, sim_cost, simulated = _as_written(view, result, cost_model, loaded, written)
+    document["simulated"] = simulated_figures(view, sim_plan, streams, sim_cost, simulated)
     document.update(verified)
     if report:
         _write_json(report, document)
@@ -247,7 +246,7 @@ def simulate(
     document = {
         "model": model,
         "policy": policy,
-        **simulated_figures(view, planned.partition, streams, cost_model, lambda *a: result),
+        **simulated_figures(view, planned.partition, streams, cost_model, result),
         "constraint_merges": len(planned.merges),
         "notes": planned.notes,
         "elapsed_s": round(time.perf_counter() - started, 3),
@@ -267,23 +266,29 @@ def simulate(
 
 
 def _as_written(view, result, cost_model, loaded, written):
-    """(partition, cost model) to simulate: the written model's run when constants were copied into streams
-    (each stream then handles its own copy, which the host model times; msopt.written_run), else the plan's."""
-    if not (written and result.const_copies):
-        return result.partition, cost_model
-    from msopt.flat import signature_roots
-    from msopt.written_run import as_written
+    """(partition, cost model, simulate.Result) to report: the written model's run when constants were moved or
+    copied into streams (each stream then handles its own copy, which the host model times; msopt.written_run),
+    else the plan's."""
+    from msopt.simulate import simulate
 
-    roots = signature_roots(view, loaded, cost_model.signature)[1]
-    run, partition = as_written(cost_model, result.partition, result.const_copies, roots)
-    return partition, run
+    if written and result.written is not None:  # the plan simulated it, weighing Const moves against copies
+        run, partition, simulated = result.written
+        return partition, run, simulated
+    partition, run = result.partition, cost_model
+    if written and result.const_copies:
+        from msopt.flat import signature_roots
+        from msopt.written_run import as_written
+
+        roots = signature_roots(view, loaded, cost_model.signature)[1]
+        run, partition = as_written(cost_model, result.partition, result.const_copies, roots)
+    return partition, run, simulate(view, partition, result.streams, run)
 
 
-def simulated_figures(view, partition, streams, cost_model, run_simulation) -> dict[str, Any]:
-    """The simulation report of a plan with its ranges over the host assumptions and ``robust``."""
+def simulated_figures(view, partition, streams, cost_model, result) -> dict[str, Any]:
+    """The simulation report of a plan (``result``, its simulate.Result) with its ranges over the host assumptions
+    and ``robust``."""
     from msopt.uncertainty import ranges
 
-    result = run_simulation(view, partition, streams, cost_model)
     return {**result.report(), **ranges(view, partition, streams, cost_model, result)}
 
 

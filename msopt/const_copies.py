@@ -1,14 +1,19 @@
-"""Which Const nodes get a copy per consuming stream (DeepRec's constant duplication): emit writes them."""
+"""Where Const nodes go after the plan: to their readers' one stream, else a copy per reading stream (DeepRec's
+constant duplication), which emit writes."""
 
 from msopt.links import host_keys
 
 
-def const_copies(view, partition):
-    """{Const key: [streams]}: the other streams that consume a Const and get their own copy.
+def const_copies(view, partition, fixed=None):
+    """(moves, copies): {Const key: stream} and {Const key: [streams]}.
 
-    Consts in a colocation group or under control dependencies stay single.
+    Each Const read on streams other than its own is listed in ``copies`` with those streams (DeepRec's constant
+    duplication: a copy on each). Those whose readers are all on one other stream, and that are not in ``fixed``
+    (the keys a constraint links), are also listed in ``moves``: the Const may move to that stream instead, as a
+    copy leaves the original running for no reader. ``fixed`` None: no moves. Consts in a colocation group or
+    under control dependencies stay single.
     """
-    copies = {}
+    moves, copies = {}, {}
     get, nodes, host = partition.get, view.nodes, host_keys(view)
     for node in view.of_ops("Const".__eq__):
         if node.control_inputs:
@@ -21,6 +26,15 @@ def const_copies(view, partition):
             if (stream := get(c, own)) != own
             and (key not in nodes[c].control_inputs or any(s == key for s, _ in nodes[c].inputs))
         }  # a consumer reads the Const as data unless it waits on it: then its inputs say
-        if wanted and not view.has_attr(node, "_class") and key not in host:
-            copies[key] = sorted(wanted)
-    return copies
+        if not wanted or view.has_attr(node, "_class") or key in host:
+            continue
+        if (
+            fixed is not None
+            and len(wanted) == 1
+            and key in partition
+            and key not in fixed
+            and all(get(c) in wanted for c in node.outputs)
+        ):
+            moves[key] = next(iter(wanted))
+        copies[key] = sorted(wanted)
+    return moves, copies

@@ -8,7 +8,8 @@ change made. ``apply`` composes:
 - msopt.links: the groups of nodes that must share one stream (colocation, resources, TF1
   frames, fusion, XLA clusters), worked out once per view and scope;
 - share_streams: each linked group moves, whole, to the stream most of its consumers got;
-- (msopt.const_copies, used by emit, not a partition change: per-stream copies of Const nodes.)
+- (msopt.const_copies, after apply: a Const read on one other stream only moves there, unless linked
+  (``linked_keys``); others get per-stream copies, which emit writes.)
 """
 
 import functools
@@ -32,12 +33,22 @@ def apply(view, partition, streams, options=None, scope=None, records=True):
     ``records`` the moves are made but not listed (the auto search only simulates its candidates)."""
     partition = dict(partition)
     fallback = getattr(options, "fallback", None) or set()
-    if scope is None or not scope.issuperset(partition):
-        scope = frozenset(partition) if scope is None else scope | frozenset(partition)
-    host, groups = view_constraints(view, scope)
+    host, groups = view_constraints(view, _scope(partition, scope))
     merges = _drop(partition, host)
     merges += share_streams(view, partition, groups, fallback, records)
     return partition, merges
+
+
+def linked_keys(view, partition, scope=None):
+    """The keys ``apply(view, partition, ..., scope=scope)`` keeps in linked groups: those that share a stream with
+    another node whatever the plan (its groups, already worked out for that call)."""
+    return {key for keys, _ in view_constraints(view, _scope(partition, scope))[1] for key in keys}
+
+
+def _scope(partition, scope):
+    if scope is None or not scope.issuperset(partition):
+        return frozenset(partition) if scope is None else scope | frozenset(partition)
+    return scope
 
 
 def _drop(partition, host):

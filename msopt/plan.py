@@ -79,7 +79,10 @@ class PlanResult:
     notes: list[str] = field(default_factory=list)  # sentences for the user (auto: what it chose, why fewer streams)
     report: dict = field(default_factory=dict)  # entries for the partition report (manual: rules matched; auto)
     const_copies: dict[str, list[int]] = field(default_factory=dict)  # Const node -> streams getting a copy
-    cost_model: object = None  # the CostModel the plan was judged with, if any
+    cost_model: object = None
+    written: tuple | None = (
+        None  # (cost model, partition, simulate.Result) of the run as written, if worked out  # the CostModel the plan was judged with, if any
+    )
 
 
 def default_policy() -> str:
@@ -143,8 +146,7 @@ def make_plan(view, options: PlanOptions, model=None, cost_model=None) -> PlanRe
     if name == AUTO and cost_model is None:
         cost_model = build_cost_model(view, model, options.cost)
     with gc_paused():  # a full collection over a large model's objects costs more than these passes' garbage
-        from msopt.const_copies import const_copies
-        from msopt.constraints import apply
+        from msopt.constraints import apply, linked_keys
         from msopt.partition import check_range
 
         if name == AUTO:
@@ -161,8 +163,39 @@ def make_plan(view, options: PlanOptions, model=None, cost_model=None) -> PlanRe
         check_range(raw.partition, options.streams, *([f"policy {name}"] if name != "none" else []))
         scope = frozenset(cost_model.tasks.key) if name == AUTO else None  # auto's candidates had the run's
         partition, merges = apply(view, raw.partition, options.streams, raw, scope)
-        copies = const_copies(view, partition) if options.const_dup else {}
-    return PlanResult(name, options.streams, partition, merges, list(raw.notes), dict(raw.report), copies, cost_model)
+        moves, copies, written = {}, {}, None
+        if options.const_dup:  # a Const that a rule placed, or that is linked, stays where it is
+            fixed = linked_keys(view, raw.partition, scope) if name != "manual" and cost_model is not None else None
+            moves, copies, written = _place_consts(view, partition, fixed, model, cost_model, options.streams)
+            partition.update(moves)
+    report = {**raw.report, "consts_moved": len(moves)} if options.const_dup else dict(raw.report)
+    return PlanResult(name, options.streams, partition, merges, list(raw.notes), report, copies, cost_model, written)
+
+
+def _place_consts(view, partition, fixed, model, cost_model, streams):
+    """(moves, copies, (cost model, partition, Result) of the run as written, or None): the Consts read on other
+    streams (msopt.const_copies) move where they may when the model as written then simulates no longer than with
+    every one of them copied instead, else each is copied. Copies are appended to their body, moved Consts keep
+    their place: the ready ops' order can favour either, so the two runs as written are compared."""
+    from msopt.const_copies import const_copies
+
+    moves, copies = const_copies(view, partition, fixed)
+    if not moves:
+        return moves, copies, None
+    from msopt.flat import signature_roots
+    from msopt.simulate import simulate
+    from msopt.written_run import as_written
+
+    roots = signature_roots(view, model, cost_model.signature)[1]
+    written = {}
+    for choice, placed, copied in (
+        ("copies", partition, copies),
+        ("moves", {**partition, **moves}, {k: v for k, v in copies.items() if k not in moves}),
+    ):
+        run, placed = as_written(cost_model, placed, copied, roots)
+        written[choice] = (copied, (run, placed, simulate(view, placed, streams, run)))
+    chosen = "moves" if written["moves"][1][2].makespan_us <= written["copies"][1][2].makespan_us else "copies"
+    return (moves if chosen == "moves" else {}), *written[chosen]
 
 
 def plan_rule(name: str, view, streams: int, **rule_settings) -> tuple[dict[str, int], list[dict]]:

@@ -325,7 +325,7 @@ def deepfm_consts(sample_view, tmp_path_factory):
     raw = {n.key: 1 for n in view.real_nodes() if n.op == "FloorMod"}  # the hashing on stream 1,
     raw.update({n.key: 0 for n in view.real_nodes() if n.name.endswith("_embedding/Const")})  # its modulus pinned on 0
     plan, _ = apply(view, raw, 2)
-    copies = const_copies(view, plan)
+    _, copies = const_copies(view, plan)
     return (
         plan,
         copies,
@@ -349,6 +349,40 @@ def test_const_copied_into_the_consuming_stream(deepfm_consts, tmp_path):
     assert not any("_embedding/Const" in r for r in with_copies["recv"])
     assert any("_embedding/Const" in r for r in without["recv"])
     assert with_copies["outputs"] == without["outputs"]
+
+
+def test_a_const_read_on_one_other_stream_may_move_there(deepfm_consts, sample_view, tmp_path):
+    """The 24 pinned Consts are read on stream 1 only: unless a constraint links them (``fixed``), each may move
+    there instead of being copied. Written so, none reaches stream 1 through a _Send/_Recv pair, and the outputs are
+    the same."""
+    plan, copies, with_copies, without = deepfm_consts
+    _, view = sample_view("deepfm_tf1")
+    moves, listed = const_copies(view, plan, fixed=set())
+    assert moves == {key: 1 for key in copies} and listed == copies
+    pinned = "input_layer/C7_embedding/Const"
+    assert pinned not in const_copies(view, plan, fixed={pinned})[0]
+    assert const_copies(view, plan)[0] == {}  # no ``fixed``: no moves
+    moved = run_probe(write(tmp_path, "deepfm_tf1", {**plan, **moves}, "moved"))
+    assert moved["partitions"] == 2 and not any("_embedding/Const" in r for r in moved["recv"])
+    assert not mismatches(moves, moved["executed"])  # a moved Const that still runs, runs on its new device
+    assert moved["outputs"] == with_copies["outputs"] == without["outputs"]
+
+
+def test_a_const_read_on_two_other_streams_is_copied_not_moved():
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [2], name="x")
+        c = tf.constant([1.0, 2.0], name="c")
+        tf.add(x, c, name="a")
+        tf.multiply(x, c, name="b")
+    view = GraphView(graph.as_graph_def())
+    moves, copies = const_copies(view, {"x": 0, "c": 0, "a": 1, "b": 2}, fixed=set())
+    assert moves == {} and copies == {"c": [1, 2]}
+    moves, copies = const_copies(view, {"x": 0, "c": 0, "a": 2, "b": 2}, fixed=set())
+    assert moves == {"c": 2} and copies == {"c": [2]}
+    assert const_copies(view, {"x": 0, "a": 2, "b": 2}, fixed=set())[0] == {}  # a Const outside the plan stays out
 
 
 def test_const_copies_verify_and_no_const_dup_flag(msopt, tmp_path):

@@ -136,7 +136,7 @@ def test_the_views_consumers_rewrite_the_same_model_as_reading_every_node(name, 
     for trial in range(6):
         keys = [n.key for n in view.real_nodes()]
         plan = {k: rng.randrange(3) for k in keys if rng.random() < (0.6, 1.0)[trial % 2]}
-        copies = const_copies(view, plan)
+        _, copies = const_copies(view, plan)
         written += bool(copies)
         outs = []
         for with_view in (None, view):

@@ -14,7 +14,9 @@ pytestmark = pytest.mark.tf
 
 
 def auto_plan(v, streams, cost, model=None):
-    result = make_plan(v, PlanOptions(streams=streams, policy="auto"), model, cost)
+    """The auto search's plan, after the constraints; Consts stay where it put them (their moves come after the
+    search: tests/test_written_run.py)."""
+    result = make_plan(v, PlanOptions(streams=streams, policy="auto", const_dup=False), model, cost)
     return result.partition, result.report
 
 

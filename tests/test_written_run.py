@@ -8,6 +8,7 @@ import pytest
 from conftest import SAMPLES
 
 from msopt import emit
+from msopt.const_copies import const_copies
 from msopt.emit import copy_name
 from msopt.flat import signature_roots
 from msopt.load import open_model
@@ -15,6 +16,11 @@ from msopt.plan import ManualOptions, PlanOptions, build_cost_model, make_plan
 from msopt.simulate import simulate, streams_of
 from msopt.uncertainty import ranges
 from msopt.written_run import as_written
+
+
+def _copying(plan, view):
+    """``plan`` (made without Const handling) with a copy of every Const read on another stream, none moved."""
+    return replace(plan, const_copies=const_copies(view, plan.partition)[1])
 
 
 def _figures(view, partition, streams, cost_model):
@@ -38,7 +44,7 @@ def test_the_run_as_written_is_the_written_model_s_run(tmp_path, name, streams, 
     loaded, view = open_model(str(SAMPLES / name))
     options = PlanOptions(streams=streams, policy=policy)
     cost_model = build_cost_model(view, loaded, options.cost)
-    plan = make_plan(view, options, loaded, cost_model)
+    plan = _copying(make_plan(view, replace(options, const_dup=False), loaded, cost_model), view)
     assert plan.const_copies, "the case must copy constants"
     emit.write(loaded, plan.partition, tmp_path / "m", const_copies=plan.const_copies)
     loaded_out, view_out = open_model(str(tmp_path / "m"))
@@ -74,13 +80,15 @@ def test_a_measured_constant_s_copies_are_costed_as_the_written_model_costs_them
     names, so they launch nothing, as in the written model loaded and costed again."""
     loaded, view = open_model(str(SAMPLES / "deepfm_tf2"))
     options = PlanOptions(streams=4, policy="chains")
-    plan = make_plan(view, options, loaded, build_cost_model(view, loaded, options.cost))
+    plan = _copying(
+        make_plan(view, replace(options, const_dup=False), loaded, build_cost_model(view, loaded, options.cost)), view
+    )
     measured = {key: 7.5 for key in list(plan.const_copies)[:3]}
     costs = tmp_path / "costs.json"
     costs.write_text(json.dumps({"unit": "us", "ops": measured}))
     options = replace(options, cost=replace(options.cost, costs=str(costs)))
     cost_model = build_cost_model(view, loaded, options.cost)
-    plan = make_plan(view, options, loaded, cost_model)
+    plan = _copying(make_plan(view, replace(options, const_dup=False), loaded, cost_model), view)
     emit.write(loaded, plan.partition, tmp_path / "m", const_copies=plan.const_copies)
     loaded_out, view_out = open_model(str(tmp_path / "m"))
     cost_out = build_cost_model(view_out, loaded_out, options.cost)
@@ -94,3 +102,34 @@ def test_a_measured_constant_s_copies_are_costed_as_the_written_model_costs_them
     assert not any(kernel.get(copy_name(key, s)) for key in measured for s in plan.const_copies[key])
     figures = _figures(view, partition, 4, run)
     assert figures == _figures(view_out, partition_out.partition, 4, cost_out)
+
+
+@pytest.mark.parametrize(
+    "name, streams, policy, moved",
+    [("deepfm_tf2", 4, "chains", True), ("stage_tf2", 4, "chains", True), ("deepfm_tf1", 4, "chains", False)],
+)
+def test_the_plan_s_run_as_written_with_consts_moved_or_copied(tmp_path, name, streams, policy, moved):
+    """make_plan moves a Const read on one other stream there when the run as written then simulates no longer
+    than with a copy of each such Const (deepfm_tf2, stage_tf2), else copies them all (deepfm_tf1 on 4 streams, where
+    the copies, appended to their body, launch later than the moved originals would): the run and figures it
+    keeps are the written model's, and never longer than the copies'."""
+    loaded, view = open_model(str(SAMPLES / name))
+    options = PlanOptions(streams=streams, policy=policy, cost=replace(PlanOptions().cost, target="h100"))
+    cost_model = build_cost_model(view, loaded, options.cost)
+    plan = make_plan(view, options, loaded, cost_model)
+    copying = _copying(make_plan(view, replace(options, const_dup=False), loaded, cost_model), view)
+    assert bool(plan.report["consts_moved"]) == moved
+    assert plan.const_copies == (copying.const_copies if not moved else {})  # these cases read each Const on one stream
+    run, partition, simulated = plan.written
+    for key, stream in copying.const_copies.items():
+        assert (partition[key] == stream[0]) == moved  # a moved Const: on its readers' stream
+    emit.write(loaded, plan.partition, tmp_path / "m", const_copies=plan.const_copies)
+    loaded_out, view_out = open_model(str(tmp_path / "m"))
+    cost_out = build_cost_model(view_out, loaded_out, options.cost)
+    partition_out = make_plan(view_out, replace(options, policy="none", manual=ManualOptions()), loaded_out, cost_out)
+    assert run.tasks.key == cost_out.tasks.key
+    assert streams_of(run, partition) == streams_of(cost_out, partition_out.partition)
+    assert simulated.makespan_us == simulate(view_out, partition_out.partition, streams, cost_out).makespan_us
+    roots = signature_roots(view, loaded, cost_model.signature)[1]
+    copies_run, copies_partition = as_written(cost_model, copying.partition, copying.const_copies, roots)
+    assert simulated.makespan_us <= simulate(view, copies_partition, streams, copies_run).makespan_us

@@ -83,7 +83,11 @@ Example:
     "Write a K-lane SavedModel instead: serving_default sends call i to lane i mod K (a Case branch pinned "
     "to /device:<--device-type>:k), with TF Serving's platform config beside it. Loads TensorFlow."
 )
-@click.option("--no-const-dup", is_flag=True, help="Do not copy Const nodes into each stream that consumes them.")
+@click.option(
+    "--no-const-dup",
+    is_flag=True,
+    help="Neither copy nor move Const nodes read on other streams: they stay where the plan put them.",
+)
 @opt.BOUNDARY
 @opt.TAGS
 @opt.JSON
@@ -190,6 +194,8 @@ def format_text(doc):
         lines.append(
             f"  const copies: {sum(map(len, doc['const_copies'].values()))} of {len(doc['const_copies'])} Const node(s)"
         )
+    if doc.get("consts_moved"):
+        lines.append(f"  Consts moved to the one stream reading them: {doc['consts_moved']}")
     unmatched = doc.get("unmatched_rules", [])
     for row in unmatched[:MAX_WARNINGS]:
         lines.append(f"  rule {row['rule']} (line {row['line']}) matched no node")
