@@ -45,14 +45,16 @@ def as_written(cost_model, partition, copies, roots=None):
     src = base[data_src]
     leaving = np.flatnonzero(extra[data_src] > 0)  # edges leaving a copied Const
     moved, to = [], []
+    get, instance = partition.get, t.instance
     for e, i, j, first in zip(
         leaving.tolist(), data_src[leaving].tolist(), data_dst[leaving].tolist(), base[data_src[leaving]].tolist()
     ):  # read as lists: an element of an array costs more to read or write than the work per edge
-        reader = _view_reader(t, i, j)
+        reader = keys[j] if instance[i] == instance[j] else _view_reader(t, i, j)  # most read in their own body
         streams = copies[keys[i]]
-        if reader is not None and partition.get(reader) in streams:
+        stream = get(reader) if reader is not None else None
+        if stream in streams:
             moved.append(e)
-            to.append(first + 1 + streams.index(partition[reader]))
+            to.append(first + 1 if len(streams) == 1 else first + 1 + streams.index(stream))
     src[moved] = to
     keep = np.ones(total, bool)
     if roots is not None:  # the main graph runs back from the roots: unread copies and originals do not run
@@ -68,16 +70,21 @@ def as_written(cost_model, partition, copies, roots=None):
     created = np.empty(total, np.int64)
     created[made] = np.arange(len(made), dtype=np.int64)
 
-    key_of, streams_of_copies = {}, []
-    for i, first in zip(copied, base[copied].tolist()):
-        for r, stream in enumerate(copies[keys[i]]):
-            key_of[first + 1 + r] = name = copy_name(keys[i], stream)
-            streams_of_copies.append((name, stream))
-    slots = made.tolist()
+    made_copies = [  # (slot, key, stream) of each copy, in slot order
+        (slot, copy_name(keys[i], stream), stream)
+        for i, first in zip(copied, base[copied].tolist())
+        for slot, stream in enumerate(copies[keys[i]], first + 1)
+    ]
+    copy_slots, copy_keys, copy_streams = zip(*made_copies)
     tasks_made = of_slot[made]
+    made_keys = np.asarray(keys, dtype=object)[tasks_made]  # each task's key; a copy's is set below
+    slot_keys = np.empty(total, dtype=object)
+    slot_keys[list(copy_slots)] = copy_keys
+    is_copy = copy_rank[made] > 0
+    made_keys[is_copy] = slot_keys[made[is_copy]]
     ops = _spread(t.op, tasks_made)
     built = SimpleNamespace(
-        key=[key_of.get(s) or keys[i] for s, i in zip(slots, tasks_made.tolist())],
+        key=made_keys.tolist(),
         op=ops,
         instance=_spread(t.instance, tasks_made),
         node=_spread(t.node, tasks_made) if "node" in t.__dict__ else [None] * len(made),
@@ -95,7 +102,7 @@ def as_written(cost_model, partition, copies, roots=None):
     for i in np.flatnonzero(copy_rank[made][written.created] > 0).tolist():
         model.duration[i], model.share[i], model.kernel[i], model.flops[i] = 0.0, 0.0, False, 0.0
     placed = dict(partition)
-    placed.update(streams_of_copies)
+    placed.update(zip(copy_keys, copy_streams))
     return model, placed
 
 
