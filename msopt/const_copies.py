@@ -18,23 +18,19 @@ def const_copies(view, partition, fixed=None):
     for node in view.of_ops("Const".__eq__):
         if node.control_inputs:
             continue
-        own = get(node.key, 0)
-        key = node.key
+        key, readers = node.key, node.outputs
+        own = get(key, 0)
         wanted = {
             stream
-            for c in node.outputs
+            for c in readers
             if (stream := get(c, own)) != own
             and (key not in nodes[c].control_inputs or any(s == key for s, _ in nodes[c].inputs))
         }  # a consumer reads the Const as data unless it waits on it: then its inputs say
-        if not wanted or view.has_attr(node, "_class") or key in host:
+        if not wanted or key in host or view.has_attr(node, "_class"):
             continue
-        if (
-            fixed is not None
-            and len(wanted) == 1
-            and key in partition
-            and key not in fixed
-            and all(get(c) in wanted for c in node.outputs)
-        ):
-            moves[key] = next(iter(wanted))
-        copies[key] = sorted(wanted)
+        copies[key] = streams = sorted(wanted)
+        if fixed is not None and len(streams) == 1 and key in partition and key not in fixed:
+            stream = streams[0]
+            if all(get(c) == stream for c in readers):
+                moves[key] = stream
     return moves, copies
