@@ -165,21 +165,24 @@ def make_plan(view, options: PlanOptions, model=None, cost_model=None) -> PlanRe
         partition, merges = apply(view, raw.partition, options.streams, raw, scope)
         moves, copies, written = {}, {}, None
         if options.const_dup:  # a Const that a rule placed, or that is linked, stays where it is
-            fixed = linked_keys(view, raw.partition, scope) if name != "manual" and cost_model is not None else None
-            moves, copies, written = _place_consts(view, partition, fixed, model, cost_model, options.streams)
+            linked = None if name == "manual" or cost_model is None else lambda: linked_keys(view, raw.partition, scope)
+            moves, copies, written = _place_consts(view, partition, linked, model, cost_model, options.streams)
             partition.update(moves)
     report = {**raw.report, "consts_moved": len(moves)} if options.const_dup else dict(raw.report)
     return PlanResult(name, options.streams, partition, merges, list(raw.notes), report, copies, cost_model, written)
 
 
-def _place_consts(view, partition, fixed, model, cost_model, streams):
+def _place_consts(view, partition, linked, model, cost_model, streams):
     """(moves, copies, (cost model, partition, Result) of the run as written, or None): the Consts read on other
     streams (msopt.const_copies) move where they may when the model as written then simulates no longer than with
     every one of them copied instead, else each is copied. Copies are appended to their body, moved Consts keep
-    their place: the ready ops' order can favour either, so the two runs as written are compared."""
+    their place: the ready ops' order can favour either, so the two runs as written are compared. ``linked()``
+    gives the keys a constraint links, which never move (asked only of a model with Consts); None: no moves."""
     from msopt.const_copies import const_copies
 
-    moves, copies = const_copies(view, partition, fixed)
+    if not view.of_ops("Const".__eq__):
+        return {}, {}, None
+    moves, copies = const_copies(view, partition, linked and linked())
     if not moves:
         return moves, copies, None
     from msopt.flat import signature_roots
