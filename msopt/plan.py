@@ -79,10 +79,8 @@ class PlanResult:
     notes: list[str] = field(default_factory=list)  # sentences for the user (auto: what it chose, why fewer streams)
     report: dict = field(default_factory=dict)  # entries for the partition report (manual: rules matched; auto)
     const_copies: dict[str, list[int]] = field(default_factory=dict)  # Const node -> streams getting a copy
-    cost_model: object = None
-    written: tuple | None = (
-        None  # (cost model, partition, simulate.Result) of the run as written, if worked out  # the CostModel the plan was judged with, if any
-    )
+    cost_model: object = None  # the CostModel the plan was judged with, if any
+    written: tuple | None = None  # (cost model, partition, simulate.Result) of the run as written, if worked out
 
 
 def default_policy() -> str:
@@ -190,15 +188,17 @@ def _place_consts(view, partition, linked, model, cost_model, streams):
     from msopt.written_run import as_written
 
     roots = signature_roots(view, model, cost_model.signature)[1]
-    written = {}
-    for choice, placed, copied in (
-        ("copies", partition, copies),
-        ("moves", {**partition, **moves}, {k: v for k, v in copies.items() if k not in moves}),
-    ):
+
+    def as_simulated(placed, copied):  # (cost model, partition, Result) of the run as written
         run, placed = as_written(cost_model, placed, copied, roots)
-        written[choice] = (copied, (run, placed, simulate(view, placed, streams, run)))
-    chosen = "moves" if written["moves"][1][2].makespan_us <= written["copies"][1][2].makespan_us else "copies"
-    return (moves if chosen == "moves" else {}), *written[chosen]
+        return run, placed, simulate(view, placed, streams, run)
+
+    kept = {key: value for key, value in copies.items() if key not in moves}
+    moved = as_simulated({**partition, **moves}, kept)
+    copied = as_simulated(partition, copies)
+    if moved[2].makespan_us <= copied[2].makespan_us:
+        return moves, kept, moved
+    return {}, copies, copied
 
 
 def plan_rule(name: str, view, streams: int, **rule_settings) -> tuple[dict[str, int], list[dict]]:
