@@ -210,7 +210,7 @@ def breakdown(path, streams):
     finally:
         shutil.rmtree(out, ignore_errors=True)
     with clock("report: simulation, bound and host corners"):  # the run as written: the plan's, simulated there
-        sim_plan, sim_cost, simulated = _as_written(view, result, cost_model, loaded, True)
+        sim_cost, sim_plan, simulated = _as_written(view, result, cost_model, loaded, True)
         simulated_figures(view, sim_plan, streams, sim_cost, simulated)
     with clock("report: partition summary"):
         summarize(view, result.partition, streams)

@@ -166,7 +166,7 @@ def partition(
         "output": written and out,
         "elapsed_s": verified.pop("elapsed_s", round(time.perf_counter() - started, 3)),
     }
-    sim_plan, sim_cost, simulated = _as_written(view, result, cost_model, loaded, written)
+    sim_cost, sim_plan, simulated = _as_written(view, result, cost_model, loaded, written)
     document["simulated"] = simulated_figures(view, sim_plan, streams, sim_cost, simulated)
     document.update(verified)
     if report:
@@ -266,22 +266,17 @@ def simulate(
 
 
 def _as_written(view, result, cost_model, loaded, written):
-    """(partition, cost model, simulate.Result) to report: the written model's run when constants were moved or
+    """(cost model, partition, simulate.Result) to report: the written model's run when constants were moved or
     copied into streams (each stream then handles its own copy, which the host model times; msopt.written_run),
     else the plan's."""
     from msopt.simulate import simulate
+    from msopt.written_run import simulated_as_written
 
     if written and result.written is not None:  # the plan simulated it, weighing Const moves against copies
-        run, partition, simulated = result.written
-        return partition, run, simulated
-    partition, run = result.partition, cost_model
+        return result.written
     if written and result.const_copies:
-        from msopt.flat import signature_roots
-        from msopt.written_run import as_written
-
-        roots = signature_roots(view, loaded, cost_model.signature)[1]
-        run, partition = as_written(cost_model, result.partition, result.const_copies, roots)
-    return partition, run, simulate(view, partition, result.streams, run)
+        return simulated_as_written(view, loaded, cost_model, result.partition, result.const_copies, result.streams)
+    return cost_model, result.partition, simulate(view, result.partition, result.streams, cost_model)
 
 
 def simulated_figures(view, partition, streams, cost_model, result) -> dict[str, Any]:

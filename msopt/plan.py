@@ -183,19 +183,11 @@ def _place_consts(view, partition, linked, model, cost_model, streams):
     moves, copies = const_copies(view, partition, linked and linked())
     if not moves:
         return moves, copies, None
-    from msopt.flat import signature_roots
-    from msopt.simulate import simulate
-    from msopt.written_run import as_written
-
-    roots = signature_roots(view, model, cost_model.signature)[1]
-
-    def as_simulated(placed, copied):  # (cost model, partition, Result) of the run as written
-        run, placed = as_written(cost_model, placed, copied, roots)
-        return run, placed, simulate(view, placed, streams, run)
+    from msopt.written_run import simulated_as_written
 
     kept = {key: value for key, value in copies.items() if key not in moves}
-    moved = as_simulated({**partition, **moves}, kept)
-    copied = as_simulated(partition, copies)
+    moved = simulated_as_written(view, model, cost_model, {**partition, **moves}, kept, streams)
+    copied = simulated_as_written(view, model, cost_model, partition, copies, streams)
     if moved[2].makespan_us <= copied[2].makespan_us:
         return moves, kept, moved
     return {}, copies, copied

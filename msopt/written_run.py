@@ -17,7 +17,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from msopt.emit import copy_name
-from msopt.flat import renumber
+from msopt.flat import renumber, signature_roots
+from msopt.simulate import simulate
 from msopt.tasks import Tasks, op_codes
 
 
@@ -54,7 +55,7 @@ def as_written(cost_model, partition, copies, roots=None):
         stream = get(reader) if reader is not None else None
         if stream in streams:
             moved.append(e)
-            to.append(first + 1 if len(streams) == 1 else first + 1 + streams.index(stream))
+            to.append(first + 1 + streams.index(stream))
     src[moved] = to
     keep = np.ones(total, bool)
     if roots is not None:  # the main graph runs back from the roots: unread copies and originals do not run
@@ -104,6 +105,14 @@ def as_written(cost_model, partition, copies, roots=None):
     placed = dict(partition)
     placed.update(zip(copy_keys, copy_streams))
     return model, placed
+
+
+def simulated_as_written(view, model, cost_model, partition, copies, streams):
+    """(cost model, partition, simulate.Result) of the run as written with ``copies`` (``as_written``, the main graph
+    run back from ``model``'s signature roots), simulated on ``streams`` streams."""
+    roots = signature_roots(view, model, cost_model.signature)[1]
+    run, placed = as_written(cost_model, partition, copies, roots)
+    return run, placed, simulate(view, placed, streams, run)
 
 
 def _creation_order(tasks, base, of_slot, copy_rank, keep):
