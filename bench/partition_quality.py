@@ -147,7 +147,7 @@ def round_robin(view, streams):
     stream_of = [0] * len(dag)
     for position, v in enumerate(dag.order):
         stream_of[v] = position % streams
-    return dag.partition(stream_of, view)
+    return dag.partition(stream_of)
 
 
 def plan_for(policy, view, streams, cost, model):

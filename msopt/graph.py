@@ -96,6 +96,7 @@ class GraphView:
         self.string_typed = set() if library else None
         self._noted = {name: set() for name in NOTED_ATTRS} if library else None
         self._reading = {**dict.fromkeys(STRING_ATTRS), **(self._noted or {})}  # attribute name -> where it is noted
+        self._read_notes = None  # without a library: attribute_notes() read in one pass when first asked
         self._add_graph(MAIN, graph_def.node, library)
         for name, fdef in library.items():
             info = FunctionInfo(name, fdef)
@@ -191,20 +192,36 @@ class GraphView:
 
         return list(map(real.__getitem__, np.flatnonzero(np.array(table, bool)[codes]).tolist()))
 
+    def attribute_notes(self):
+        """(the string-typed keys, {name of NOTED_ATTRS: the keys carrying it}) over every real node. A view with a
+        library noted them while reading the calls (``string_typed``); one without reads every node's attributes
+        once, when first asked, for the host-only test and every linker at once."""
+        if self._noted is not None:
+            return self.string_typed, self._noted
+        if self._read_notes is None:
+            string_typed, noted = set(), {name: set() for name in NOTED_ATTRS}
+            reading = sorted({**dict.fromkeys(STRING_ATTRS), **noted}.items())
+            for node in self.real_nodes():
+                attr = node.proto.attr  # a new map wrapper on each access
+                if not attr:  # the common case in a large graph without a library
+                    continue
+                for name, where in reading:
+                    if name in attr:
+                        if where is not None:
+                            where.add(node.key)
+                        elif says_string(value := attr[name], value.WhichOneof("value")):
+                            string_typed.add(node.key)
+            self._read_notes = string_typed, noted
+        return self._read_notes
+
     def has_attr(self, node, name):
         """Whether ``node`` (a real one) carries attribute ``name`` (of NOTED_ATTRS)."""
         return node.key in self._noted[name] if self._noted is not None else name in node.proto.attr
 
     def with_attr(self, nodes, *names):
         """The nodes of ``nodes`` (real ones) carrying any of the attributes ``names`` (of NOTED_ATTRS), in order."""
-        if self._noted is None:  # read here: an empty attribute map is the cheap common case
-            first, *rest = names
-            return [
-                node
-                for node in nodes
-                if (attr := node.proto.attr) and (first in attr or (rest and any(name in attr for name in rest)))
-            ]
-        noted = set().union(*(self._noted[name] for name in names))
+        notes = self.attribute_notes()[1]
+        noted = set().union(*(notes[name] for name in names))
         return [node for node in nodes if node.key in noted] if noted else []
 
     def edges(self):

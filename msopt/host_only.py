@@ -39,11 +39,9 @@ STRING_ATTRS = frozenset({"T", "dtype", "out_type", "Tout", "DstT", "SrcT"})
 
 
 def host_only(view):
-    """Keys of the nodes that must keep their device: no GPU kernel, or string-typed. With the view's string-typed
-    keys (GraphView.string_typed, read with its calls) one test per op type; without them, node by node."""
-    if view.string_typed is not None:
-        return {node.key for node in view.of_ops(is_host_op)} | view.string_typed
-    return {node.key for node in view.real_nodes() if is_host_only(node)}
+    """Keys of the nodes that must keep their device: no GPU kernel (one test per op type), or string-typed (the
+    view's attribute notes, GraphView.attribute_notes)."""
+    return {node.key for node in view.of_ops(is_host_op)} | view.attribute_notes()[0]
 
 
 def is_host_op(op):

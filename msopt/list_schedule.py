@@ -34,6 +34,13 @@ def schedule(cost, streams, chained=False, by_rank=True):
     ops are taken in the cost model's order (TensorFlow's ready order) instead of by priority:
     no heap, for very large graphs.
     """
+    keys, _ = cost.tasks.distinct()
+    return dict(zip(keys, schedule_streams(cost, streams, chained, by_rank).tolist()))
+
+
+def schedule_streams(cost, streams, chained=False, by_rank=True):
+    """``schedule`` as an int64 array over the run's distinct keys (``cost.tasks.distinct()``), as the auto search
+    takes its candidates: no dict of a million keys per candidate."""
     a = arrays(cost)
     target = cost.target
     order = a.priority_order() if by_rank else np.arange(a.n, dtype=np.int64)
@@ -57,7 +64,8 @@ def schedule(cost, streams, chained=False, by_rank=True):
         target.partition_overhead_us,
         stream_of,
     )
-    return dict(zip(a.plan_keys, stream_of[a.plan_tasks].tolist()))
+    _, first = cost.tasks.distinct()
+    return stream_of[first]
 
 
 def arrays(cost):
@@ -74,21 +82,13 @@ class _Arrays:
 
     def __init__(self, cost):
         t = cost.tasks
-        n = self.n = len(t.key)
+        self.n = len(t.key)
         self.pred_ptr, self.pred_idx, self.succ_ptr, self.succ_idx = t.neighbour_arrays()
         self.duration = np.asarray(cost.duration, dtype=np.float64)
         self.share = np.asarray(cost.share, dtype=np.float64)
         self.kernel = np.asarray(cost.kernel, dtype=np.bool_)
         self.neutral = np.asarray(cost.neutral, dtype=np.bool_)
         self.out_bytes = _largest(*cost.output_arrays())
-        self.plan_keys = list(dict.fromkeys(t.key))  # the plan keeps a node's first instance's stream
-        if len(self.plan_keys) == n:  # one instance per node
-            self.plan_tasks = np.arange(n, dtype=np.int64)
-        else:
-            first = {}
-            for i, key in enumerate(t.key):
-                first.setdefault(key, i)
-            self.plan_tasks = np.fromiter(first.values(), dtype=np.int64, count=len(first))
         self._rank = self._order = self._chains = None
 
     def rank(self):

@@ -21,16 +21,18 @@ UNASSIGNED = -1
 
 
 class PlacedStreams:
-    """``placed(plan, keys, streams)``: ``stream_array(cost, apply(view, plan, streams, scope=run keys)[0], streams)``
-    for plans of the run of ``cost``; ``keys`` is ``tuple(plan)``, shared between plans of the same keys in the same
-    order (their positions are looked up once)."""
+    """``placed(values, keys, streams)``: ``stream_array(cost, apply(view, plan, streams, scope=run keys)[0], streams)``
+    for plans of the run of ``cost``, given as their keys (a tuple, shared between plans of the same keys in the same
+    order: their positions are looked up once; the run's own, ``cost.tasks.distinct()``, need none) and their
+    streams (an int64 array)."""
 
     def __init__(self, view, cost):
         t = cost.tasks
         self.view = view
         self.scope = frozenset(t.key)
         host, self.groups = view_constraints(view, self.scope)
-        numbered = dict.fromkeys(t.key)  # the run's keys first: a plan's keys must fall among them
+        run_keys, _ = t.distinct()
+        numbered = dict.fromkeys(run_keys)  # the run's keys first: a plan's keys must fall among them
         self.in_run = len(numbered)
         members = [key for real, _ in self.groups for key in real]
         calls = [call for call, _ in t.instances[1:]]
@@ -47,15 +49,11 @@ class PlacedStreams:
         self.call_at = np.fromiter(map(at, calls), np.int64, len(calls))
         self.instances = t.instances
         self.task_instance = np.asarray(t.instance, np.int64) if calls else None
-        self._positions = []  # (key tuple, its positions): most plans name the run's tasks in the run's order
+        self._positions = [(run_keys, np.arange(self.in_run))]  # (key tuple, its positions)
 
-    def __call__(self, plan, keys, streams):
+    def __call__(self, values, keys, streams):
         positions = self._positions_of(keys)
         if positions is None:
-            return None
-        try:
-            values = np.fromiter(plan.values(), np.int64, len(plan))
-        except (TypeError, ValueError, OverflowError):
             return None
         if len(values) and (values.min() < 0 or values.max() >= streams):
             return None

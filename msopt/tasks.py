@@ -77,6 +77,15 @@ class Tasks:
         pred_ptr, pred_idx, succ_ptr, succ_idx = self.neighbour_arrays()
         return csr_lists(pred_idx, pred_ptr), csr_lists(succ_idx, succ_ptr)
 
+    def distinct(self):
+        """(the run's node keys, each once in first-seen order, as one tuple; per key, the task of its first instance
+        as int64), computed once. A plan gives a node its first instance's stream, so a plan of the run is an array
+        over these keys (policy auto's candidates, msopt.placed_streams)."""
+        found = self.__dict__.get("_distinct")
+        if found is None:
+            found = self._distinct = distinct_keys(self.key)
+        return found
+
     def op_codes(self):
         """(op names, per-task int64 code into them), computed once: per-op-type tables index it."""
         codes = self.__dict__.get("_op_codes")
@@ -96,6 +105,15 @@ class Tasks:
             call, instance = self.instances[instance]
             out.append(call)
         return tuple(reversed(out))
+
+
+def distinct_keys(keys):
+    """(``keys`` each once in first-seen order as a tuple, the index of each one's first occurrence as int64)."""
+    first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))  # the last write of a key is its first index
+    if len(first) == len(keys):
+        return tuple(keys), np.arange(len(keys), dtype=np.int64)
+    at = np.sort(np.fromiter(first.values(), np.int64, len(first)))
+    return tuple(keys[i] for i in at.tolist()), at
 
 
 def op_codes(ops):

@@ -20,13 +20,14 @@ def test_kept_candidates_give_back_each_plan_as_given():
     import numpy as np
 
     plans = [{}, {"a": 1, "b": 0, "c": 3}, {"a": 2, "b": 2, "c": 0}, {"c": 1, "a": 0, "b": 300}, {"x": 0}]
-    kept = auto.Kept(plans[0], np.zeros(3, np.int64))
+    run_keys = ("a", "b", "c")
+    kept = auto.Kept(run_keys, 3)
     for k, plan in enumerate(plans[1:], 1):
-        kept.add(plan, np.array([k % 4, 0, 1], np.int64))
+        kept.add(kept.shared_keys(plan), auto._values(plan), np.array([k % 4, 0, 1], np.int64))
     for k, plan in enumerate(plans):
         assert list(kept.plan(k).items()) == list(plan.items())  # same keys, order and streams
         assert all(type(s) is int for s in kept.plan(k).values())
-    assert kept.keys[1] is kept.keys[2] and kept.keys[3] is not kept.keys[1]  # a key order kept once
+    assert kept.keys[1] is kept.keys[2] is run_keys and kept.keys[3] is not kept.keys[1]  # a key order kept once
     assert [s.tolist() for s in kept.streams[1:3]] == [[1, 0, 1], [2, 0, 1]]
 
 
@@ -44,7 +45,7 @@ def test_robust_flags_are_those_of_every_corner_simulated(name, target):
         assert row["plan"] == label
         if row["robust"] is None:  # slower than the plan chosen: not checked
             continue
-        placed = apply(view, auto.compact(plan), 4, scope=scope, records=False)[0]
+        placed = apply(view, auto.compact(auto.as_dict(cost, plan)), 4, scope=scope, records=False)[0]
         assert is_robust(corner_figures_of(cost, stream_array(cost, placed, 4), 4)) == row["robust"], label
 
 
@@ -65,26 +66,46 @@ def test_placed_streams_are_the_constraints_then_the_runs_read(name):
     options = PlanOptions(streams=4)
     cost = build_cost_model(view, model, options.cost)
     placed = PlacedStreams(view, cost)
-    kept = auto.Kept({}, np.zeros(len(cost), np.uint8))
+    run_keys, _ = cost.tasks.distinct()
+    kept = auto.Kept(run_keys, len(cost))
 
     def dict_path(plan):
         return stream_array(cost, apply(view, plan, 4, scope=placed.scope, records=False)[0], 4)
 
+    def place(plan):
+        return placed(np.fromiter(plan.values(), np.int64, len(plan)), kept.shared_keys(plan), 4)
+
     search_options = replace(rule_options(options, cost), run=cost.tasks)
     arrays = 0
     for _, plan in auto.candidates(view, search_options, cost, False):
-        plan = auto.compact(plan)
-        found = placed(plan, kept.shared_keys(plan), 4)
+        if isinstance(plan, np.ndarray):  # over the run's keys: the same as its dict
+            assert auto.compact_array(plan).tolist() == list(auto.compact(auto.as_dict(cost, plan)).values())
+            found = placed(auto.compact_array(plan), run_keys, 4)
+            plan = auto.as_dict(cost, plan)
+        else:
+            found = place(auto.compact(plan))
         if found is not None:
             arrays += 1
-            assert found.dtype == np.int64 and found.tolist() == dict_path(plan).tolist()
+            assert found.dtype == np.int64 and found.tolist() == dict_path(auto.compact(plan)).tolist()
     assert arrays >= 5
-    rng, keys = random.Random(name), list(dict.fromkeys(cost.tasks.key))
+    rng, keys = random.Random(name), list(run_keys)
     for trial in range(40):
         plan = {k: rng.randrange(4) for k in keys if rng.random() < (0.5, 0.9, 1.0)[trial % 3]}
-        found = placed(plan, kept.shared_keys(plan), 4)
+        found = place(plan)
         assert found is not None and found.tolist() == dict_path(plan).tolist()
     outside = next((n.key for n in view.real_nodes() if n.key not in placed.scope), None)
     if outside is not None:  # a key outside the run changes the groups' scope: the dict path decides
-        assert placed({outside: 1, **dict.fromkeys(keys, 0)}, (outside, *keys), 4) is None
-    assert placed(dict.fromkeys(keys, 4), tuple(keys), 4) is None  # a stream out of range: the dict path's error
+        assert place({outside: 1, **dict.fromkeys(keys, 0)}) is None
+    assert place(dict.fromkeys(keys, 4)) is None  # a stream out of range: the dict path's error
+
+
+def test_compacting_an_array_plan_is_compacting_its_dict():
+    import random
+
+    import numpy as np
+
+    rng = random.Random(3)
+    for trial in range(200):
+        values = np.array([rng.choice((0, 1, 2, 3, 5, 7, 9)) for _ in range(rng.randint(0, 12))], np.int64)
+        want = list(auto.compact(dict(enumerate(values.tolist()))).values())
+        assert auto.compact_array(values).tolist() == want, trial

@@ -298,8 +298,9 @@ def test_string_and_kernel_less_ops_keep_their_device(sample_view):
 
 @pytest.mark.parametrize("name", ["stage_tf2", "deepfm_tf2", "stage_tf1"])
 def test_the_views_string_types_are_those_the_attributes_say(sample_view, name):
-    """With a library the view reads every node's attributes for its calls and notes the string-typed ones there;
-    host_only then tests op types and asks that set: the nodes are those whose attributes, read one by one, say so."""
+    """With a library the view reads every node's attributes for its calls and notes the string-typed ones there
+    (without one, in one pass when first asked); host_only then tests op types and asks that set: the nodes are
+    those whose attributes, read one by one, say so."""
     _, view = sample_view(name)
     assert (view.string_typed is not None) == ("stage_tf1" != name)
     read = {n.key for n in view.real_nodes() if is_host_only(n)}

@@ -29,19 +29,27 @@ import numpy as np
 
 from msopt.constraints import apply
 from msopt.gc_pause import gc_paused
-from msopt.list_schedule import schedule
+from msopt.list_schedule import schedule_streams
 from msopt.placed_streams import PlacedStreams
 from msopt.rules import RuleOptions, RuleResult
-from msopt.rules.chains import chains, minimum_chains
+from msopt.rules.chains import chain_plan, minimum_chain_plan
 from msopt.rules.collective import collective
 from msopt.rules.embedding import embedding
 from msopt.rules.stage import stage
 from msopt.rules.towers import towers
 from msopt.simulate import simulate_streams, stream_array
 
-RULE_CANDIDATES = {"chains": chains, "embedding": embedding, "towers": towers, "stage": stage, "collective": collective}
+# A rule's plan is a dict, or an int array over the run's keys (msopt.tasks.Tasks.distinct): the list schedules' and
+# the chains', which would otherwise build a dict of every key of the run per candidate.
+RULE_CANDIDATES = {
+    "chains": chain_plan,
+    "embedding": embedding,
+    "towers": towers,
+    "stage": stage,
+    "collective": collective,
+}
 # Plans of no policy of their own, tried after the rules' (so a tie keeps the earlier candidate).
-EXTRA_CANDIDATES = {"chains over the minimum path cover": minimum_chains}
+EXTRA_CANDIDATES = {"chains over the minimum path cover": minimum_chain_plan}
 COST_WEIGHTED = ("chains", "embedding")  # rules also tried with unit work per kernel instead of the cost model's times
 # Beyond this many op instances: only one stream and the full-width list schedule, judged unconstrained. The full
 # set costs about twice the time on 1M-node synthetic graphs (bench/RESULTS.md), and there finds a plan simulated
@@ -61,20 +69,26 @@ def _search(view, options, cost):
     large = len(cost) > LARGE
     single = cost.single_stream_us()  # simulated once per cost model, shared with the report
     scored = [(round(single, 6), 1, 0, 0, "one stream")]
-    kept = Kept({}, np.zeros(len(cost), np.uint8))
+    run_keys, _ = cost.tasks.distinct()
+    kept = Kept(run_keys, len(cost))
     placed_streams = None if large else PlacedStreams(view, cost)  # the constraints' groups reaching the run
     for label, plan in candidates(view, options, cost, large):
-        plan = compact(plan)
-        keys = kept.shared_keys(plan)
+        if isinstance(plan, np.ndarray):  # over the run's keys
+            keys, values = run_keys, compact_array(plan)
+        else:
+            plan = compact(plan)
+            keys, values = kept.shared_keys(plan), _values(plan)
         # Judge each plan as it will run: after the constraints (skipped on very large graphs, for time).
-        stream_of = None if large else placed_streams(plan, keys, streams)
+        stream_of = None if large or values is None else placed_streams(values, keys, streams)
         if stream_of is None:  # large, or a plan the arrays do not cover (keys outside the run, bad streams)
+            plan = as_dict(cost, plan)
             placed = plan if large else apply(view, plan, streams, scope=placed_streams.scope, records=False)[0]
             stream_of = stream_array(cost, placed, streams)
+            values = np.fromiter(plan.values(), np.int64, len(plan)) if values is None else values
         result = simulate_streams(cost, stream_of, streams)
         used = int(np.count_nonzero(np.bincount(stream_of, minlength=1))) or 1
         scored.append((round(result.makespan_us, 6), used, result.syncs, len(scored), label))
-        kept.add(plan, stream_of, keys)
+        kept.add(keys, values, stream_of)
     chosen, passed_over, robust = choose_robust(streams, cost, scored, kept.streams)
     makespan, used, _, _, label = chosen
     plan = kept.plan(chosen[3])
@@ -110,21 +124,21 @@ def candidates(view, options, cost, large):
         return
     widths = [streams] if large else sorted({min(1 << i, streams) for i in range(1, 11)} | {streams})
     for k in widths:
-        yield f"list schedule on {k} streams", schedule(cost, k, by_rank=not large)
+        yield f"list schedule on {k} streams", schedule_streams(cost, k, by_rank=not large)
         if not large:
-            yield f"chain list schedule on {k} streams", schedule(cost, k, chained=True)
+            yield f"chain list schedule on {k} streams", schedule_streams(cost, k, chained=True)
     times = cost.node_times()  # the rules' weights, once per search
     for name in () if large else RULE_CANDIDATES:
         plan = run_rule(name, view, options, times)
-        if plan:
+        if len(plan):
             yield f"policy {name}", plan
         if name in COST_WEIGHTED:
             plan = run_rule(name, view, options, None)
-            if plan:
+            if len(plan):
                 yield f"policy {name} with unit costs", plan
     for name in () if large else EXTRA_CANDIDATES:
         plan = run_rule(name, view, options, times)
-        if plan:
+        if len(plan):
             yield name, plan
 
 
@@ -132,30 +146,43 @@ class Kept:
     """Every candidate's raw plan and its tasks' streams as simulated, packed: a plan's keys as a tuple (shared
     with an earlier plan of the same keys in the same order) and its streams as a small integer array. Kept as
     dicts, the candidates of a million-op run held 1.4 GB (a raw and a constrained dict each); packed, a few MB
-    each beside one shared tuple of keys."""
+    each beside one shared tuple of keys. The first, the one-stream plan, names no key."""
 
-    def __init__(self, plan, stream_of):
+    def __init__(self, run_keys, tasks):
         self.keys, self.values, self.streams = [], [], []
-        self._distinct = []  # the distinct key tuples
-        self.add(plan, stream_of)
+        self._distinct = [run_keys]  # the distinct key tuples: the run's first, as most plans name its keys
+        self.add((), np.zeros(0, np.int64), np.zeros(tasks, np.uint8))
 
     def shared_keys(self, plan):
         """``tuple(plan)``: the one kept if an earlier plan had the same keys in the same order."""
         keys = tuple(plan)
-        same = next((kept for kept in self._distinct if kept == keys), None)  # most plans name the run's tasks
+        same = next((kept for kept in self._distinct if kept == keys), None)
         if same is None:
             self._distinct.append(keys)
         return keys if same is None else same
 
-    def add(self, plan, stream_of, keys=None):
-        """Keep ``plan`` (``keys``: its ``shared_keys``, if known) and its tasks' streams as simulated."""
-        self.keys.append(self.shared_keys(plan) if keys is None else keys)
-        self.values.append(_small(np.fromiter(plan.values(), np.int64, len(plan))))
+    def add(self, keys, values, stream_of):
+        """Keep a raw plan (its ``shared_keys`` and streams, an array) and its tasks' streams as simulated."""
+        self.keys.append(keys)
+        self.values.append(_small(values))
         self.streams.append(_small(stream_of))
 
     def plan(self, index):
         """The raw plan of candidate ``index`` as it was given (the same keys, order and streams)."""
         return dict(zip(self.keys[index], self.values[index].tolist()))
+
+
+def as_dict(cost, plan):
+    """A candidate of ``cost``'s run as a dict, whichever form it came in (``candidates``)."""
+    return dict(zip(cost.tasks.distinct()[0], plan.tolist())) if isinstance(plan, np.ndarray) else plan
+
+
+def _values(plan):
+    """A dict plan's streams as an int64 array, or None if they are not all integers (the dict path judges it)."""
+    try:
+        return np.fromiter(plan.values(), np.int64, len(plan))
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _small(values):
@@ -224,6 +251,14 @@ def compact(plan):
     if all(s == i for s, i in new.items()):  # no gap: the plan as it is
         return plan
     return {key: new[s] for key, s in plan.items()}
+
+
+def compact_array(values):
+    """``compact`` of a plan given as an int array of streams."""
+    used = np.union1d(values, [0])
+    if used[-1] == len(used) - 1:  # no gap (the streams are 0 ... k, ascending and distinct)
+        return values
+    return np.searchsorted(used, values).astype(np.int64)
 
 
 def explain(label, used, streams, makespan, single, scored, robust_only=False):

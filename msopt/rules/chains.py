@@ -25,22 +25,31 @@ from msopt.rules.walk import flatten, vertex_costs
 
 
 def chains(view, options):
-    dag = flatten(view, options.run)
-    cost = vertex_costs(view, dag, options)
-    stream_of = fold(dag, greedy_path_cover(dag), cost, options.streams)
-    return dag.partition(stream_of, view)
+    keys, _ = flatten(view, options.run).distinct()
+    return dict(zip(keys, chain_plan(view, options).tolist()))
 
 
 def minimum_chains(view, options):
     """Policy chains over the minimum path cover: the auto search tries it beside the greedy cover's plan."""
+    keys, _ = flatten(view, options.run).distinct()
+    return dict(zip(keys, minimum_chain_plan(view, options).tolist()))
+
+
+def chain_plan(view, options, cover=None):
+    """Policy chains' plan as an int64 array over the run's keys (msopt.rules.walk.Dag.distinct), as the auto search
+    takes it: the chains of ``cover`` (the greedy path cover if None) folded."""
     dag = flatten(view, options.run)
-    cost = vertex_costs(view, dag, options)
-    stream_of = fold(dag, path_cover(dag), cost, options.streams)
-    return dag.partition(stream_of, view)
+    chain_of = greedy_path_cover(dag) if cover is None else cover(dag)
+    return dag.run_streams(fold(dag, chain_of, vertex_costs(view, dag, options), options.streams))
+
+
+def minimum_chain_plan(view, options):
+    """``minimum_chains`` as ``chain_plan`` gives it."""
+    return chain_plan(view, options, path_cover)
 
 
 def path_cover(dag):
-    """Chain id per vertex: a minimum vertex-disjoint path cover along the DAG's edges.
+    """Chain id per vertex (an int64 array): a minimum vertex-disjoint path cover along the DAG's edges.
 
     A maximum matching of (vertex, successor) pairs (Hopcroft-Karp, scipy.sparse.csgraph), exact
     in O(E sqrt(V)): each matched pair is one chain step, so n - |matching| chains, the fewest
@@ -52,7 +61,7 @@ def path_cover(dag):
 
     n = len(dag)
     if n == 0:
-        return []
+        return np.zeros(0, np.int64)
     order = np.asarray(dag.order, dtype=np.int64)
     position = np.empty(n, dtype=np.int64)
     position[order] = np.arange(n)
@@ -68,14 +77,14 @@ def path_cover(dag):
     before[after[matched]] = np.flatnonzero(matched)
     chain_of = np.full(n, -1, dtype=np.int64)
     _number_chains(order, before, chain_of)
-    return chain_of.tolist()
+    return chain_of
 
 
 def greedy_path_cover(dag):
-    """Chain id per vertex: a path cover, greedy in one topological pass (Karp-Sipser's degree-one rule), then
+    """Chain id per vertex (an int64 array): a path cover, greedy in one topological pass (Karp-Sipser's degree-one rule), then
     shortened along bounded augmenting paths; not always the minimum, but its chains often fold better."""
     pending = np.diff(dag.succ_ptr)
-    return greedy_cover_array(dag.pred_ptr, dag.pred_idx, pending, np.asarray(dag.order, dtype=np.int64)).tolist()
+    return greedy_cover_array(dag.pred_ptr, dag.pred_idx, pending, np.asarray(dag.order, dtype=np.int64))
 
 
 def greedy_cover_array(pred_ptr, pred_idx, pending, order):
@@ -184,7 +193,7 @@ def _number_chains(order, before, chain_of):
 
 
 def fold(dag, chain_of, cost, streams):
-    """Stream per vertex: chains laid on at most ``streams`` streams as intervals (see the module docstring).
+    """Stream per vertex (an int64 array): chains laid on at most ``streams`` streams as intervals (see the module docstring).
 
     A chain id -1 (a vertex whose chain runs through a released cycle) counts as the last chain."""
     pred_ptr, pred_idx = dag.pred_ptr, dag.pred_idx
@@ -209,7 +218,7 @@ def fold(dag, chain_of, cost, streams):
     member_ptr = np.searchsorted(chain_of[members], np.arange(-1, count + 1))
     stream_of = np.zeros(len(chain_of), dtype=np.int64)
     _fold(ordered, members, member_ptr, pred_ptr, pred_idx, chain_of, first, last, streams, stream_of)
-    return stream_of.tolist()
+    return stream_of
 
 
 @compiled

@@ -13,11 +13,13 @@ import weakref
 from functools import cached_property
 from itertools import repeat
 
+import numpy as np
+
 from msopt.flat import flatten_run
 from msopt.gc_pause import gc_paused
 from msopt.op_tables import FREE_OPS
 from msopt.order import csr
-from msopt.tasks import csr_lists, op_codes
+from msopt.tasks import codes_in, csr_lists, distinct_keys, op_codes
 
 
 class Dag:
@@ -56,12 +58,18 @@ class Dag:
     @cached_property
     def first(self):
         """{view node key: its first vertex} (the one whose stream the partition keeps)."""
-        first = dict(zip(self.keys, range(len(self.keys))))
-        if len(first) < len(self.keys):  # a key with several vertices (a function called twice): its first
-            first = {}
-            for v, key in enumerate(self.keys):
-                first.setdefault(key, v)
-        return first
+        keys, first = self.distinct()
+        return dict(zip(keys, first.tolist()))
+
+    def distinct(self):
+        """(the vertices' keys each once, in order, as a tuple; each one's first vertex as int64): the run's
+        (msopt.tasks.Tasks.distinct)."""
+        if self._tasks is not None:
+            return self._tasks.distinct()
+        found = self.__dict__.get("_distinct")
+        if found is None:
+            found = self._distinct = distinct_keys(self.keys)
+        return found
 
     def op_codes(self):
         """(op names, per-vertex int64 code into them): the run's, computed once (msopt.tasks.op_codes)."""
@@ -76,11 +84,15 @@ class Dag:
     def edge_count(self):
         return len(self.pred_idx)
 
-    def partition(self, stream_of, view):
-        """{node key: stream} from a per-vertex stream list (each node: the stream of its first instance)."""
-        if len(self.first) == len(self.keys):  # every key once: vertex v is the first of its key
-            return dict(zip(self.keys, stream_of))
-        return {key: stream_of[v] for key, v in self.first.items()}
+    def partition(self, stream_of):
+        """{node key: stream} from a per-vertex stream array (each node: the stream of its first instance)."""
+        keys, _ = self.distinct()
+        return dict(zip(keys, self.run_streams(stream_of).tolist()))
+
+    def run_streams(self, stream_of):
+        """A per-vertex stream array as a plan over ``distinct()``'s keys: the stream of each key's first vertex."""
+        _, first = self.distinct()
+        return np.asarray(stream_of, dtype=np.int64)[first]
 
 
 def dag_of(tasks):
@@ -110,15 +122,14 @@ def flatten(view, run=None):
 
 
 def vertex_costs(view, dag, options):
-    """Per-vertex time: options.node_costs ({key: time}, the plan layer passes the cost model's) if given,
-    else one unit per kernel."""
+    """Per-vertex time as a float64 array: options.node_costs ({key: time}, the plan layer passes the cost model's)
+    if given, else topology-only work: one unit per op that launches a kernel, nothing for bookkeeping ops
+    (FREE_OPS) and calls."""
     given = options.node_costs
-    nodes = view.nodes
     if given is not None:
-        return list(map(given.get, dag.keys, repeat(0.0)))
-    return [unit_cost(nodes[key]) for key in dag.keys]
-
-
-def unit_cost(node):
-    """Topology-only work: one unit per op that launches a kernel, nothing for bookkeeping ops and calls."""
-    return 0.0 if node.op in FREE_OPS or node.calls else 1.0
+        return np.fromiter(map(given.get, dag.keys, repeat(0.0)), np.float64, len(dag.keys))
+    free = codes_in(*dag.op_codes(), FREE_OPS)
+    calls = {key for info in view.functions.values() for key in info.callers}
+    if calls:  # a call the run did not inline (its body unknown) does no work of its own either
+        free |= np.fromiter(map(calls.__contains__, dag.keys), bool, len(dag.keys))
+    return np.where(free, 0.0, 1.0)
