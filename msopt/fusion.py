@@ -198,9 +198,7 @@ def fusion_groups(view, nodes=None):
     # Only these nodes can root a group: an op type some pattern is rooted at, or a tree node taking others in.
     matching = {op for op, found in rooted.items() if found} | ({"BiasAddGrad"} & present)
     roots = set().union(*(inputs.keys() for _, inputs in forests))
-    for node in nodes:
-        if node.op not in matching and node.key not in roots:
-            continue
+    for node in [node for node in nodes if node.op in matching or node.key in roots]:
         for name, trees in rooted[node.op]:
             for tree in trees:
                 matched = _match(view, node.key, tree)
@@ -213,8 +211,12 @@ def fusion_groups(view, nodes=None):
                 if view.nodes[other].op == "Conv2DBackpropFilter" and view.nodes[other].inputs[2][0] == grad:
                     yield "conv2d filter grad+bias grad (layout pass)", sorted({node.key, other})
         for name, inputs in forests:
-            if node.key in inputs:  # the root of a tree of two or more
-                yield name, sorted(reach({node.key}, inputs))
+            taken = inputs.get(node.key)
+            if taken is not None:  # the root of a tree of two or more
+                if any(key in inputs for key in taken):
+                    yield name, sorted(reach({node.key}, inputs))
+                else:  # its inputs take in none (most trees)
+                    yield name, sorted({node.key, *taken})
 
 
 def _patterns_rooted_at(op, present):

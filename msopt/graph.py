@@ -97,6 +97,7 @@ class GraphView:
         self._noted = {name: set() for name in NOTED_ATTRS} if library else None
         self._reading = {**dict.fromkeys(STRING_ATTRS), **(self._noted or {})}  # attribute name -> where it is noted
         self._read_notes = None  # without a library: attribute_notes() read in one pass when first asked
+        self._attributed = set() if library else None  # keys of the real nodes with attributes (attributed())
         self._add_graph(MAIN, graph_def.node, library)
         for name, fdef in library.items():
             info = FunctionInfo(name, fdef)
@@ -147,7 +148,10 @@ class GraphView:
         called, reading = [], self._reading
         if node_def.op in library:
             called.append(node_def.op)
-        for attr_name in sorted(node_def.attr):  # a stable order: map order differs between processes
+        names = sorted(node_def.attr)
+        if names:
+            self._attributed.add(key)
+        for attr_name in names:  # a stable order: map order differs between processes
             value = node_def.attr[attr_name]
             kind = value.WhichOneof("value")
             if kind == "func" and value.func.name in library:
@@ -201,10 +205,10 @@ class GraphView:
         if self._read_notes is None:
             string_typed, noted = set(), {name: set() for name in NOTED_ATTRS}
             reading = sorted({**dict.fromkeys(STRING_ATTRS), **noted}.items())
-            for node in self.real_nodes():
-                attr = node.proto.attr  # a new map wrapper on each access
-                if not attr:  # the common case in a large graph without a library
-                    continue
+            nodes = self.nodes
+            for key in self.attributed():
+                node = nodes[key]
+                attr = node.proto.attr
                 for name, where in reading:
                     if name in attr:
                         if where is not None:
@@ -213,6 +217,13 @@ class GraphView:
                             string_typed.add(node.key)
             self._read_notes = string_typed, noted
         return self._read_notes
+
+    def attributed(self):
+        """The keys of the real nodes carrying any attribute: noted while reading the calls in a view with a library,
+        else found in one pass when first asked (most nodes of a large graph without a library have none)."""
+        if self._attributed is None:
+            self._attributed = {node.key for node in self.real_nodes() if node.proto.attr}
+        return self._attributed
 
     def has_attr(self, node, name):
         """Whether ``node`` (a real one) carries attribute ``name`` (of NOTED_ATTRS)."""

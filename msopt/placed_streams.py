@@ -40,7 +40,10 @@ class PlacedStreams:
         self.index = dict(zip(numbered, range(len(numbered))))
         at = self.index.__getitem__
         self.size = len(self.index)
-        self.task_at = np.fromiter(map(at, t.key), np.int64, len(t.key))
+        if len(run_keys) == len(t.key):  # each task its own key, numbered in task order
+            self.task_at = np.arange(len(t.key), dtype=np.int64)
+        else:
+            self.task_at = np.fromiter(map(at, t.key), np.int64, len(t.key))
         self.host_at = np.fromiter(map(at, host), np.int64, len(host))
         self.member_at = np.fromiter(map(at, members), np.int64, len(members))
         self.group_sizes = np.fromiter((len(real) for real, _ in self.groups), np.int64, len(self.groups))

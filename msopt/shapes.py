@@ -1,7 +1,5 @@
 """Shape inference over a flattened run: each op instance's output (dtype, shape) list."""
 
-from operator import attrgetter
-
 import numpy as np
 
 from msopt.errors import InputError
@@ -24,7 +22,7 @@ def infer_shapes(view, t, feeds):
     result = [None] * n
     todo = range(n)
     if n >= COMPILED_FROM:
-        state = _unknown_states(t, nodes, feeds, data_ptr, data_src, data_port)
+        state = _unknown_states(view, t, nodes, feeds, data_ptr, data_src, data_port)
         known = _UNKNOWN
         result = [known[s] and list(known[s]) for s in state.tolist()]
         todo = np.flatnonzero(state == 0).tolist()
@@ -67,11 +65,11 @@ def infer_shapes(view, t, feeds):
     return result
 
 
-def _unknown_states(t, nodes, feeds, data_ptr, data_src, data_port):
+def _unknown_states(view, t, nodes, feeds, data_ptr, data_src, data_port):
     """Per task, 1 or 2 when its outputs are [("float" or "int32", None)] whatever the rules below read:
     an op without attributes that only reads such outputs (no rule then finds a shape); 0 otherwise."""
     n = len(nodes)
-    plain = np.fromiter(map(len, map(attrgetter("proto.attr"), nodes)), np.int64, n) == 0
+    plain = ~np.fromiter(map(view.attributed().__contains__, t.key), bool, n)
     if feeds:
         plain &= ~np.fromiter((node.function == MAIN and node.name in feeds for node in nodes), bool, n)
     counts_only = t.ops_in(_COUNTS_ONLY)

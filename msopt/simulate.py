@@ -210,11 +210,12 @@ def simulate(view, partition, streams, cost_model, others=()):
     return simulate_streams(cost_model, streams_of(cost_model, partition), streams, others)
 
 
-def simulate_streams(cost_model, stream_of, streams, others=()):
+def simulate_streams(cost_model, stream_of, streams, others=(), waits=True):
     """``simulate`` with each task's stream given: ``stream_of``, a list or an integer array over the tasks (as
-    ``streams_of`` gives them)."""
+    ``streams_of`` gives them). Without ``waits`` the Result records no waits (what the auto search judges by needs
+    none)."""
     if not others:
-        return _run(cost_model, streams, stream_of, True, check_streams(cost_model.tasks.key, stream_of, streams))
+        return _run(cost_model, streams, stream_of, waits, check_streams(cost_model.tasks.key, stream_of, streams))
     return list(run_each((cost_model, *others), stream_of, streams))
 
 

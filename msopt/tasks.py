@@ -109,9 +109,9 @@ class Tasks:
 
 def distinct_keys(keys):
     """(``keys`` each once in first-seen order as a tuple, the index of each one's first occurrence as int64)."""
-    first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))  # the last write of a key is its first index
-    if len(first) == len(keys):
+    if len(dict.fromkeys(keys)) == len(keys):  # every key once (most runs: no function called twice)
         return tuple(keys), np.arange(len(keys), dtype=np.int64)
+    first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))  # the last write of a key is its first index
     at = np.sort(np.fromiter(first.values(), np.int64, len(first)))
     return tuple(keys[i] for i in at.tolist()), at
 

@@ -85,7 +85,7 @@ def _search(view, options, cost):
             placed = plan if large else apply(view, plan, streams, scope=placed_streams.scope, records=False)[0]
             stream_of = stream_array(cost, placed, streams)
             values = np.fromiter(plan.values(), np.int64, len(plan)) if values is None else values
-        result = simulate_streams(cost, stream_of, streams)
+        result = simulate_streams(cost, stream_of, streams, waits=False)
         used = int(np.count_nonzero(np.bincount(stream_of, minlength=1))) or 1
         scored.append((round(result.makespan_us, 6), used, result.syncs, len(scored), label))
         kept.add(keys, values, stream_of)

@@ -127,7 +127,10 @@ def vertex_costs(view, dag, options):
     (FREE_OPS) and calls."""
     given = options.node_costs
     if given is not None:
-        return np.fromiter(map(given.get, dag.keys, repeat(0.0)), np.float64, len(dag.keys))
+        keys = dag.keys
+        if len(given) == len(keys) and list(given) == list(keys):  # given in the vertices' order (a key each)
+            return np.fromiter(given.values(), np.float64, len(keys))
+        return np.fromiter(map(given.get, keys, repeat(0.0)), np.float64, len(keys))
     free = codes_in(*dag.op_codes(), FREE_OPS)
     calls = {key for info in view.functions.values() for key in info.callers}
     if calls:  # a call the run did not inline (its body unknown) does no work of its own either
