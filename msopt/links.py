@@ -98,7 +98,10 @@ def view_constraints(view, scope=None):
                 active = reach(active | grown, callers)
                 continue
         break
-    groups = [(real, kinds) for keys, kinds in found if (real := [k for k in keys if nodes[k].proto is not None])]
+    if view.functions:  # function arguments (no NodeDef) may be linked: left out of the groups
+        groups = [(real, kinds) for keys, kinds in found if (real := [k for k in keys if nodes[k].proto is not None])]
+    else:  # no library: every node is real
+        groups = found
     host = set(everywhere) if scope is None else {k for k in everywhere if k in scope}
     cache["groups"] = {scope: (host, groups)}  # the last scope only: the auto search asks for one
     return host, groups

@@ -29,15 +29,15 @@ class PlacedStreams:
     def __init__(self, view, cost):
         t = cost.tasks
         self.view = view
-        self.scope = frozenset(t.key)
+        self.scope = t.key_set()
         host, self.groups = view_constraints(view, self.scope)
         run_keys, _ = t.distinct()
-        numbered = dict.fromkeys(run_keys)  # the run's keys first: a plan's keys must fall among them
-        self.in_run = len(numbered)
+        self.in_run = len(run_keys)
+        self.index = dict(zip(run_keys, range(self.in_run)))  # the run's keys first: a plan's keys must fall among them
         members = [key for real, _ in self.groups for key in real]
         calls = [call for call, _ in t.instances[1:]]
-        numbered.update(dict.fromkeys(k for k in chain(members, calls) if k not in numbered))
-        self.index = dict(zip(numbered, range(len(numbered))))
+        others = dict.fromkeys(k for k in chain(members, calls) if k not in self.index)
+        self.index.update(zip(others, range(self.in_run, self.in_run + len(others))))
         at = self.index.__getitem__
         self.size = len(self.index)
         if len(run_keys) == len(t.key):  # each task its own key, numbered in task order

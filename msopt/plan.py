@@ -159,7 +159,7 @@ def make_plan(view, options: PlanOptions, model=None, cost_model=None) -> PlanRe
                 run = flat_run(view, model, options.cost.signature)[1]
             raw = run_rule(name, view, rule_options(options, cost_model, run))
         check_range(raw.partition, options.streams, *([f"policy {name}"] if name != "none" else []))
-        scope = frozenset(cost_model.tasks.key) if name == AUTO else None  # auto's candidates had the run's
+        scope = cost_model.tasks.key_set() if name == AUTO else None  # auto's candidates had the run's
         partition, merges = apply(view, raw.partition, options.streams, raw, scope)
         moves, copies, written = {}, {}, None
         if options.const_dup:  # a Const that a rule placed, or that is linked, stays where it is

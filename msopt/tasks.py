@@ -86,6 +86,14 @@ class Tasks:
             found = self._distinct = distinct_keys(self.key)
         return found
 
+    def key_set(self):
+        """The run's node keys as a frozenset, made once (the auto search's and the plan's scope: one object, so
+        the constraints' cache finds it by identity)."""
+        found = self.__dict__.get("_key_set")
+        if found is None:
+            found = self._key_set = frozenset(self.key)
+        return found
+
     def op_codes(self):
         """(op names, per-task int64 code into them), computed once: per-op-type tables index it."""
         codes = self.__dict__.get("_op_codes")

@@ -29,9 +29,7 @@ def _flag(attrs, name):
 
 
 def _compile_run_links(view, nodes):
-    for node in nodes:
-        if node.op not in COMPILE_OPS and node.op not in RUN_OPS:
-            continue
+    for node in [node for node in nodes if node.op in COMPILE_OPS or node.op in RUN_OPS]:
         if node.op in COMPILE_OPS:
             for out in node.outputs:
                 if view.nodes[out].op in RUN_OPS:

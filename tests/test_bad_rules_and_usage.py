@@ -6,6 +6,7 @@ from bad_inputs import cli
 from conftest import SAMPLES
 
 from msopt.commands.partition import MAX_WARNINGS
+from msopt.errors import InputError
 from msopt.rules import manual as manual_module
 
 TOWERS = SAMPLES / "towers_tf1"
@@ -137,3 +138,35 @@ def test_unwritable_timeline_path(tmp_path):
         str(tmp_path / "no" / "t.json"),
         "No such file or directory",
     )
+
+
+@pytest.mark.parametrize(
+    "value,ok",
+    [
+        (0, True),
+        (3, True),
+        (True, True),
+        (4, False),
+        (-1, False),
+        (1.0, False),
+        ("1", False),
+        (2**70, False),
+        (None, False),
+    ],
+)
+def test_stream_range_check_names_the_first_node_outside(value, ok):
+    """check_range's quick path (types in one pass, bounds on an array) and its loop agree: the plan passes, or the
+    error names the first node outside [0, streams)."""
+    import numpy as np
+
+    from msopt.partition import check_range
+
+    plan = {f"n{i}": i % 4 for i in range(50)} | {"odd": value, "last": 0}
+    if ok:
+        check_range(plan, 4)
+    else:
+        with pytest.raises(InputError, match=r"node 'odd' gets stream .* outside \[0, 4\)"):
+            check_range(plan, 4)
+    with pytest.raises(InputError, match="node 'n1' gets stream 1 "):
+        check_range({"n0": 0, "n1": np.int64(1)}, 4)  # not a plain int
+    check_range({}, 1)
