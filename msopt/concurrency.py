@@ -31,7 +31,7 @@ CLOSE = 0.01  # candidates within 1 % of the best robust throughput count as equ
 
 
 class _Copies:
-    """R copies of a cost model's tasks as the simulator's arrays (msopt.simulate.TaskArrays; task i of copy r is
+    """R copies of a cost model's tasks as the simulator's arrays (msopt.task_arrays.TaskArrays; task i of copy r is
     r * n + i)."""
 
     def __init__(self, cost_model, copies):

@@ -15,7 +15,7 @@ change made. ``apply`` composes:
 import functools
 from collections import Counter
 
-from msopt.links import RESOURCE_PRODUCERS, is_host, view_constraints
+from msopt.links import RESOURCE_PRODUCERS, host_keys, view_constraints
 
 # Consumers that only manage a variable's life: they follow the group but do not choose its stream.
 # fmt: off
@@ -127,8 +127,8 @@ def voter_class(view, key, members):
     node = view.nodes[key]
     if node.op in _NOT_VOTING:
         return 2
-    nodes = view.nodes
-    leaves = any(out not in members and not is_host(view, out) for out in node.outputs if nodes[out].proto is not None)
+    nodes, host = view.nodes, host_keys(view)
+    leaves = any(out not in members and out not in host for out in node.outputs if nodes[out].proto is not None)
     return 0 if leaves else 1
 
 

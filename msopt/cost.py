@@ -120,7 +120,7 @@ class CostModel:
         self._succ = None
         self._succ_arrays = None
         self._preds = None
-        self._arrays = {}  # the simulator's arrays (msopt.simulate.task_arrays), shared with with_target's copies
+        self._arrays = {}  # the simulator's arrays (msopt.task_arrays), shared with with_target's copies
 
     def _per_op_pass(self, measured):
         """Every task's figures at once: element and byte counts as exact integers, the roofline as arrays."""

@@ -192,8 +192,7 @@ def fusion_groups(view, nodes=None):
     nodes = list(view.real_nodes()) if nodes is None else nodes
     present = frozenset(node.op for node in nodes)
     rooted = {op: _patterns_rooted_at(op, present) for op in present}
-    joinable = _joinable(view, [node for node in nodes if node.op in TREE_OPS])
-    forests = [(group.name, _tree_inputs(view, group, joinable)) for group in GROUPS]
+    forests = _tree_inputs(view, _joinable(view, nodes))
     consumers = _data_consumers(nodes) if "BiasAddGrad" in present else {}
     # Only these nodes can root a group: an op type some pattern is rooted at, or a tree node taking others in.
     matching = {op for op, found in rooted.items() if found} | ({"BiasAddGrad"} & present)
@@ -293,32 +292,38 @@ class _Kinds(dict):
         return self[op] is not None
 
 
-def _tree_inputs(view, group, joinable):
-    """{node key: the inputs its tree takes in}, for the Add/AddN (or same-op) trees of ``group`` that the
-    arithmetic optimizer collapses: a node of the group without control inputs takes in each input of the group
-    (of its own op kind for a same-op group) that is ``joinable`` (msopt.fusion._joinable). Every input has at
-    most one such node, its only data consumer, so the trees are the subtrees of one forest, made once."""
-    kinds = _Kinds(group)
-    found = {}
+def _tree_inputs(view, joinable):
+    """[(group name, {node key: the inputs its tree takes in})] per GROUPS entry: the Add/AddN (or same-op) trees
+    the arithmetic optimizer collapses. A node of the group without control inputs takes in each input of the group
+    (of its own op kind for a same-op group) that is ``joinable`` (msopt.fusion._joinable). Every input has at most
+    one such node, its only data consumer, so the trees are the subtrees of one forest per group, all made in one
+    pass."""
+    tables = [(_Kinds(group), group.same_op, {}) for group in GROUPS]
     nodes = view.nodes
     for node in joinable:
-        kind = kinds[node.op]
-        if kind is None:
-            continue
         parent = nodes[node.outputs[0]]
-        parent_kind = kinds[parent.op]
-        if parent_kind is None or parent.control_inputs or (group.same_op and kind != parent_kind):
+        if parent.control_inputs:
             continue
-        found.setdefault(parent.key, []).append(node.key)
-    return found
+        for kinds, same_op, found in tables:
+            kind = kinds[node.op]
+            if kind is None:
+                continue
+            parent_kind = kinds[parent.op]
+            if parent_kind is None or (same_op and kind != parent_kind):
+                continue
+            found.setdefault(parent.key, []).append(node.key)
+    return [(group.name, found) for group, (_, _, found) in zip(GROUPS, tables)]
 
 
-def _joinable(view, candidates):
-    """The nodes a tree may take in, of ``candidates`` (real nodes of a tree's op types): no control edges in or
-    out and one data consumer, so exactly one output edge (a node's outputs list one entry per edge)."""
-    nodes = view.nodes
+def _joinable(view, nodes):
+    """The nodes a tree may take in, of ``nodes`` (real ones): of a tree's op types, no control edges in or out and
+    one data consumer, so exactly one output edge (a node's outputs list one entry per edge)."""
+    by_key = view.nodes
     return [
         node
-        for node in candidates
-        if len(node.outputs) == 1 and not node.control_inputs and node.key not in nodes[node.outputs[0]].control_inputs
+        for node in nodes
+        if node.op in TREE_OPS
+        and len(node.outputs) == 1
+        and not node.control_inputs
+        and node.key not in by_key[node.outputs[0]].control_inputs
     ]

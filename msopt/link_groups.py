@@ -8,9 +8,10 @@ from scipy.sparse.csgraph import connected_components
 
 
 def link_groups(links):
-    """[(keys, kinds)]: the groups ``links`` ([(a, b, kind)]) join, each with the kinds of its links. A group's
-    keys, and the groups, come in the order their keys first appear in ``links`` (a before b): the order a
-    union-find filled link by link lists them, which the constraints' merge records follow."""
+    """[(keys, kinds)]: the groups ``links`` ([(a, b, kind)]) join, each with the kinds of its links (a frozenset,
+    one object per combination). A group's keys, and the groups, come in the order their keys first appear in
+    ``links`` (a before b): the order a union-find filled link by link lists them, which the constraints' merge
+    records follow."""
     if not links:
         return []
     sources, targets, kinds = zip(*links)
@@ -30,6 +31,6 @@ def link_groups(links):
     order = np.lexsort((np.arange(n), first[label]))  # by group (its first key), then by key
     bounds = [0, *(np.flatnonzero(np.diff(first[label][order])) + 1).tolist(), n]
     masks = mask[label[order[bounds[:-1]]]].tolist()  # per group, in order
-    kind_sets = {m: {name for bit, name in enumerate(names) if m >> bit & 1} for m in set(masks)}
+    kind_sets = {m: frozenset(name for bit, name in enumerate(names) if m >> bit & 1) for m in set(masks)}
     ordered = list(map(keys.__getitem__, order.tolist()))
-    return [(ordered[a:b], set(kind_sets[m])) for a, b, m in zip(bounds, bounds[1:], masks)]
+    return [(ordered[a:b], kind_sets[m]) for a, b, m in zip(bounds, bounds[1:], masks)]

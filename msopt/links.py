@@ -66,11 +66,6 @@ def host_keys(view):
     return cache["host"]
 
 
-def is_host(view, key):
-    """Whether the node ``key`` keeps its device (a virtual node never does: it has no device)."""
-    return key in host_keys(view)
-
-
 def view_constraints(view, scope=None):
     """(host-only keys, [(linked keys, kinds)]): those of ``view`` in ``scope``, and every linked group with a node in it
     (None: every group), as the links of the whole view make it, in the order its first node was linked. A group
@@ -138,9 +133,12 @@ def _links(view, done, functions, bodies, host):
         members = [node for f in todo for node in bodies[f]]
         nodes = view.nodes
         for index, (kind, linker) in enumerate(LINKERS):
-            for a, b in linker(view, members):
-                if a not in host and b not in host:
-                    found[nodes[a].function][index].append((a, b, kind))
+            links = ((a, b) for a, b in linker(view, members) if a not in host and b not in host)
+            if len(todo) == 1:  # one body (a graph without a library): every link is its own
+                found[todo[0]][index].extend((a, b, kind) for a, b in links)
+                continue
+            for a, b in links:
+                found[nodes[a].function][index].append((a, b, kind))
         done.update(found)
     return [link for index in range(len(LINKERS)) for f in functions for link in done[f][index]]
 

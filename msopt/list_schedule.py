@@ -20,6 +20,7 @@ import numpy as np
 from msopt.jit import compiled
 from msopt.order import longest_array, priority_array
 from msopt.rules.chains import greedy_cover_array
+from msopt.task_arrays import task_figures
 
 _ARRAYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # cost model -> its _Arrays
 
@@ -84,10 +85,7 @@ class _Arrays:
         t = cost.tasks
         self.n = len(t.key)
         self.pred_ptr, self.pred_idx, self.succ_ptr, self.succ_idx = t.neighbour_arrays()
-        self.duration = np.asarray(cost.duration, dtype=np.float64)
-        self.share = np.asarray(cost.share, dtype=np.float64)
-        self.kernel = np.asarray(cost.kernel, dtype=np.bool_)
-        self.neutral = np.asarray(cost.neutral, dtype=np.bool_)
+        self.duration, self.share, self.kernel, self.neutral = task_figures(cost)  # the simulator's too
         self.out_bytes = _largest(*cost.output_arrays())
         self._rank = self._order = self._chains = None
 

@@ -52,6 +52,7 @@ import numpy as np
 
 from msopt.bound import lower_bound  # noqa: F401  (re-exported: the cost model caches it)
 from msopt.host_model import host_settings
+from msopt.task_arrays import TaskArrays, task_arrays  # noqa: F401  (re-exported: the simulator reads them)
 
 
 class Result:
@@ -239,52 +240,6 @@ def check_streams(keys, stream_of, streams):
         if not isinstance(s, int) or not 0 <= s < streams:
             raise ValueError(f"node '{key}' is on stream {s}, outside [0, {streams})")
     return np.asarray(stream_of, np.int64)  # booleans
-
-
-class TaskArrays(NamedTuple):
-    """A cost model's tasks as the compiled event loop reads them (msopt.event_loop)."""
-
-    ptr: np.ndarray  # successors of task i: edges ptr[i]:ptr[i + 1], in the cost model's successors() order
-    dst: np.ndarray  # per edge: the consumer
-    port: np.ndarray  # per edge: the output index, -1 for a control edge
-    nbytes: np.ndarray  # per edge: the bytes of that output (0 for a control edge)
-    duration: np.ndarray  # per task: standalone microseconds
-    share: np.ndarray  # per task: GPU share
-    kernel: np.ndarray  # per task: launches a kernel
-    neutral: np.ndarray  # per task: read in place by every stream (a constant, an input)
-    sources: np.ndarray  # tasks without inputs, ascending
-
-
-def task_arrays(cm):
-    """``cm``'s TaskArrays, built once per cost model (shared with its with_target copies)."""
-    cache = cm.__dict__.setdefault("_arrays", {})
-    if "tasks" not in cache:
-        cache["tasks"] = _build_arrays(cm)
-    return cache["tasks"]
-
-
-def _build_arrays(cm):
-    t, n = cm.tasks, len(cm)
-    data_ptr, _, _, control_ptr, _ = t.csr()
-    data_count, control_count = np.diff(data_ptr), np.diff(control_ptr)
-    ptr, dst, port = cm.successor_arrays()  # per producer, by consumer, its data inputs before its control ones
-    src = np.repeat(np.arange(n), np.diff(ptr))
-    out_start, out_values = cm.output_arrays()
-    out_count = np.diff(out_start)
-    known = (port >= 0) & (port < out_count[src])
-    nbytes = np.zeros(len(dst), np.int64)
-    nbytes[known] = out_values[out_start[src[known]] + port[known]]
-    return TaskArrays(
-        ptr=ptr,
-        dst=dst,
-        port=port,
-        nbytes=nbytes,
-        duration=np.asarray(cm.duration, np.float64).reshape(n),
-        share=np.asarray(cm.share, np.float64).reshape(n),
-        kernel=np.asarray(cm.kernel, np.bool_).reshape(n),
-        neutral=np.asarray(cm.neutral, np.bool_).reshape(n),
-        sources=np.flatnonzero((data_count + control_count) == 0).astype(np.int64),
-    )
 
 
 class Loop(NamedTuple):

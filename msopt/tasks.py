@@ -83,7 +83,11 @@ class Tasks:
         over these keys (policy auto's candidates, msopt.placed_streams)."""
         found = self.__dict__.get("_distinct")
         if found is None:
-            found = self._distinct = distinct_keys(self.key)
+            if len(self.key_set()) == len(self.key):  # each key once (the set serves as the plans' scope too)
+                found = tuple(self.key), np.arange(len(self.key), dtype=np.int64)
+            else:
+                found = distinct_keys(self.key)
+            self._distinct = found
         return found
 
     def key_set(self):
