@@ -171,8 +171,8 @@ def breakdown(path, streams):
     saved = [
         (
             auto,
-            "schedule",
-            clock.wrap(auto, "schedule", lambda cost, k, chained=False, by_rank=True: _sched_name(k, chained)),
+            "schedule_streams",
+            clock.wrap(auto, "schedule_streams", lambda cost, k, chained=False, by_rank=True: _sched_name(k, chained)),
         ),
         (
             auto,
@@ -198,7 +198,7 @@ def breakdown(path, streams):
         options = PlanOptions(streams=streams)
         with clock("plan (auto search + constraints, total)"):
             with clock("plan: the view's constraint groups (once per model)"), gc_paused():  # as in make_plan
-                view_constraints(view, frozenset(cost_model.tasks.key))  # what make_plan computes first
+                view_constraints(view, cost_model.tasks.key_set())  # what make_plan computes first
             result = make_plan(view, options, loaded, cost_model)
     finally:
         for owner, attr, inner in saved:
