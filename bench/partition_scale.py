@@ -5,7 +5,9 @@ Each size runs in its own process (so peak memory is that size's alone): build a
 fan-out 2 to 3 on average, branches and joins), build the graph view, then time make_plan.
 For auto, the cost model (msopt.cost) is built first and timed apart, as msopt partition
 builds it for its report whatever the policy, step by step (flattening, shapes, the per-op
-pass); plan_s is make_plan (rule plus constraints).
+pass); plan_s is make_plan (rule plus constraints), and for auto its steps (plan_parts_s: the
+constraint groups, each kind of candidate, the constraints per candidate, the simulations, the host
+corners, the constraints on the plan chosen, the rest).
 Targets (issue 4): 1M nodes in at most 30 s and 4 GB, and time growing near-linearly
 (1M / 100k at most 15x). Targets (planning-speed issue), auto with its full candidate set (it
 runs the full set up to 1M op instances): plan plus cost model at most 10 s and 2 GB at 1M,
@@ -57,26 +59,28 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
 
 
+def timing(parts, name, inner):
+    """``inner`` timed: every call adds its wall seconds to ``parts[name]``."""
+
+    def timed(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            parts[name] = round(parts.get(name, 0.0) + time.perf_counter() - started, 3)
+
+    return timed
+
+
 def timed_cost_model(view):
     """(cost model, seconds, {step: seconds}): flattening, shape inference, and the per-op pass (the rest)."""
     from msopt import cost as cost_module
     from msopt.cost import CostModel, gc_paused
 
     parts = {}
-
-    def timing(name, inner):
-        def timed(*args, **kwargs):
-            started = time.perf_counter()
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                parts[name] = round(time.perf_counter() - started, 3)
-
-        return timed
-
     originals = cost_module.flat_run, cost_module.infer_shapes
-    cost_module.flat_run = timing("flattening", cost_module.flat_run)
-    cost_module.infer_shapes = timing("shapes", cost_module.infer_shapes)
+    cost_module.flat_run = timing(parts, "flattening", cost_module.flat_run)
+    cost_module.infer_shapes = timing(parts, "shapes", cost_module.infer_shapes)
     try:
         started = time.perf_counter()
         with gc_paused():
@@ -86,6 +90,28 @@ def timed_cost_model(view):
         cost_module.flat_run, cost_module.infer_shapes = originals
     parts["per-op pass"] = round(elapsed - parts["flattening"] - parts["shapes"], 3)
     return cost_model, elapsed, parts
+
+
+def _time_search_steps(parts):
+    """Time the auto search's steps into ``parts`` (wall seconds): [(owner, name, original)] to put back."""
+    from msopt import constraints
+    from msopt.rules import auto
+
+    steps = (
+        (auto, "PlacedStreams", "constraint groups and their arrays (once)"),
+        (auto, "schedule_streams", "candidates: list schedules"),
+        (auto, "run_rule", "candidates: other rules"),
+        (auto.PlacedStreams, "__call__", "constraints per candidate"),
+        (auto, "simulate_streams", "candidates: simulations"),
+        (auto, "choose_robust", "host corners of the best plans"),
+        (constraints, "apply", "constraints on the plan chosen (records)"),
+    )
+    restore = []
+    for owner, name, label in steps:
+        inner = getattr(owner, name)
+        restore.append((owner, name, inner))
+        setattr(owner, name, timing(parts, label, inner))
+    return restore
 
 
 def measure(size, policy, streams):
@@ -104,10 +130,18 @@ def measure(size, policy, streams):
         cost_model, cost_s, cost_parts = timed_cost_model(view)
     before = peak_rss_mb()
     options = PlanOptions(streams=streams, policy=policy, const_dup=False)
+    plan_parts = {}
+    restore = _time_search_steps(plan_parts) if policy == "auto" else []
     started = time.perf_counter()
-    result = make_plan(view, options, None, cost_model)
+    try:
+        result = make_plan(view, options, None, cost_model)
+    finally:
+        for owner, name, inner in restore:
+            setattr(owner, name, inner)
     plan = result.partition
     elapsed = time.perf_counter() - started
+    if plan_parts:
+        plan_parts["the rest"] = round(elapsed - sum(plan_parts.values()), 3)
     return {
         "nodes": size,
         "edges": sum(len(n.inputs) for n in view.nodes.values()),
@@ -117,6 +151,7 @@ def measure(size, policy, streams):
         "build_s": round(built, 3),
         "cost_model_s": cost_s,
         "cost_model_parts_s": cost_parts,
+        "plan_parts_s": plan_parts or None,
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "rss_before_plan_mb": round(before, 1),
         "streams_used": len(set(plan.values()) | {0}),
@@ -204,6 +239,8 @@ def main():
         for r in rows:
             if r.get("cost_model_parts_s"):
                 print(f"   cost model at {r['nodes']} nodes: {r['cost_model_parts_s']}")
+            if r.get("plan_parts_s"):
+                print(f"   {r['policy']} plan at {r['nodes']} nodes: {r['plan_parts_s']}")
         for c in summary["checks"]:
             print("  ", c)
 
