@@ -106,6 +106,7 @@ def test_compacting_an_array_plan_is_compacting_its_dict():
 
     rng = random.Random(3)
     for trial in range(200):
-        values = np.array([rng.choice((0, 1, 2, 3, 5, 7, 9)) for _ in range(rng.randint(0, 12))], np.int64)
+        ids = (0, 1, 2, 3, 5, 7, 9) + ((-1, -4) if trial % 3 == 0 else ())  # counted, or sorted (negatives)
+        values = np.array([rng.choice(ids) for _ in range(rng.randint(0, 12))], np.int64)
         want = list(auto.compact(dict(enumerate(values.tolist()))).values())
         assert auto.compact_array(values).tolist() == want, trial

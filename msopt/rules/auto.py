@@ -86,7 +86,8 @@ def _search(view, options, cost):
             placed = plan if large else apply(view, plan, streams, scope=placed_streams.scope, records=False)[0]
             stream_of = stream_array(cost, placed, streams)
             values = np.fromiter(plan.values(), np.int64, len(plan)) if values is None else values
-        same = kept.placed_alike(stream_of)
+        digest = _digest(stream_of)
+        same = kept.placed_alike(stream_of, digest)
         if same is None:
             result = simulate_streams(cost, stream_of, streams, waits=False)
             makespan, syncs = round(result.makespan_us, 6), result.syncs
@@ -94,7 +95,7 @@ def _search(view, options, cost):
             makespan, syncs = scored[same][0], scored[same][2]
         used = int(np.count_nonzero(np.bincount(stream_of, minlength=1))) or 1
         scored.append((makespan, used, syncs, len(scored), label))
-        kept.add(keys, values, stream_of)
+        kept.add(keys, values, stream_of, digest)
     chosen, passed_over, robust = choose_robust(streams, cost, scored, kept.streams)
     makespan, used, _, _, label = chosen
     plan = kept.plan(chosen[3])
@@ -160,11 +161,11 @@ class Kept:
         self._placements = {}  # digest of a candidate's task streams -> the candidates placed so
         self.add((), np.zeros(0, np.int64), np.zeros(tasks, np.uint8))
 
-    def placed_alike(self, stream_of):
+    def placed_alike(self, stream_of, digest):
         """The first candidate (not the one-stream plan, simulated on one stream) whose tasks' streams are
-        ``stream_of``'s, or None. Rules often agree (a weighted and a unit-cost fold, two widths of one schedule):
-        their simulations would be the same."""
-        for index in self._placements.get(_digest(stream_of), ()):
+        ``stream_of``'s (``digest``: its ``_digest``), or None. Rules often agree (a weighted and a unit-cost fold,
+        two widths of one schedule): their simulations would be the same."""
+        for index in self._placements.get(digest, ()):
             if index and np.array_equal(self.streams[index], stream_of):
                 return index
         return None
@@ -177,9 +178,11 @@ class Kept:
             self._distinct.append(keys)
         return keys if same is None else same
 
-    def add(self, keys, values, stream_of):
-        """Keep a raw plan (its ``shared_keys`` and streams, an array) and its tasks' streams as simulated."""
-        self._placements.setdefault(_digest(stream_of), []).append(len(self.streams))
+    def add(self, keys, values, stream_of, digest=None):
+        """Keep a raw plan (its ``shared_keys`` and streams, an array) and its tasks' streams as simulated
+        (``digest``: their ``_digest``, if known)."""
+        digest = _digest(stream_of) if digest is None else digest
+        self._placements.setdefault(digest, []).append(len(self.streams))
         self.keys.append(keys)
         self.values.append(_small(values))
         self.streams.append(_small(stream_of))
@@ -277,8 +280,13 @@ def compact(plan):
 
 def compact_array(values):
     """``compact`` of a plan given as an int array of streams."""
-    used = np.union1d(values, [0])
-    if used[-1] == len(used) - 1:  # no gap (the streams are 0 ... k, ascending and distinct)
+    if len(values) and values.min() >= 0:  # stream ids: counted, not sorted
+        counts = np.bincount(values)
+        counts[0] += 1  # stream 0 stays
+        used = np.flatnonzero(counts)
+    else:
+        used = np.union1d(values, [0])
+    if used[0] == 0 and used[-1] == len(used) - 1:  # no gap (the streams are 0 ... k, ascending and distinct)
         return values
     return np.searchsorted(used, values).astype(np.int64)
 
