@@ -347,6 +347,12 @@ def _kahn(ptr, successors, pending):
     return topological_array(np.asarray(ptr, np.int64), np.asarray(successors, np.int64), pending)
 
 
+def _taken(values, order):
+    """``[values[i] for i in order]``, gathered through an object array (half the time of a Python loop at a million
+    items in a shuffled order)."""
+    return np.fromiter(values, object, len(values))[order].tolist()
+
+
 def renumber(out, built, data, control):
     """Renumber tasks in the order TensorFlow's executor would find them ready (FIFO over ready ops)."""
     n = len(built.key)
@@ -363,11 +369,10 @@ def renumber(out, built, data, control):
     order = _kahn(ptr, succ_dst, pending)
     new = np.empty(n, np.int64)
     new[order] = np.arange(n, dtype=np.int64)
-    positions = order.tolist()
-    out.key = list(map(built.key.__getitem__, positions))
-    out.op = list(map(built.op.__getitem__, positions))
-    out.instance = list(map(built.instance.__getitem__, positions)) if len(built.instances) > 1 else [0] * n
-    out.node = list(map(built.node.__getitem__, positions))
+    out.key = _taken(built.key, order)
+    out.op = _taken(built.op, order)
+    out.instance = _taken(built.instance, order) if len(built.instances) > 1 else [0] * n
+    out.node = _taken(built.node, order)
     out._op_codes = (built.op_codes[0], built.op_codes[1][order])
     out.created = order  # per task, its place in the creation order (msopt.written_run derives a run from it)
     del out.inputs, out.control  # made from the arrays on first use
