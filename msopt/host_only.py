@@ -49,21 +49,6 @@ def is_host_op(op):
     return op in HOST_ONLY_OPS or "String" in op
 
 
-def is_host_only(node):
-    """Whether ``node`` (a real node) keeps its device, its attributes read here."""
-    if is_host_op(node.op):
-        return True
-    attr = node.proto.attr  # a new map wrapper on each access
-    if not attr:
-        return False
-    for name in STRING_ATTRS:
-        if name in attr:
-            value = attr[name]
-            if says_string(value, value.WhichOneof("value")):
-                return True
-    return False
-
-
 def says_string(value, kind):
     """Whether an AttrValue of ``kind`` (its WhichOneof) is the string type or a list holding it (reading .list of
     another kind would build an empty one)."""

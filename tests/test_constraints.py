@@ -15,7 +15,7 @@ from msopt import emit
 from msopt.const_copies import const_copies
 from msopt.constraints import apply
 from msopt.graph import GraphView
-from msopt.host_only import host_only, is_host_only
+from msopt.host_only import STRING_ATTRS, host_only, is_host_op, says_string
 from msopt.load import load
 
 pytestmark = pytest.mark.tf
@@ -294,6 +294,13 @@ def test_string_and_kernel_less_ops_keep_their_device(sample_view):
     assert merges[0]["constraint"] == "host_only" and set(merges[0]["moved"]) == host
     placeholder = next(n for n in view.real_nodes() if n.op == "Placeholder" or n.op == "PlaceholderWithDefault")
     assert is_host_only(placeholder) == (placeholder.proto.attr["dtype"].type == 7)
+
+
+def is_host_only(node):
+    """Whether ``node`` keeps its device, read from its own attributes: what host_only must agree with."""
+    attr = node.proto.attr
+    strings = (name for name in STRING_ATTRS if name in attr)
+    return is_host_op(node.op) or any(says_string(attr[name], attr[name].WhichOneof("value")) for name in strings)
 
 
 @pytest.mark.parametrize("name", ["stage_tf2", "deepfm_tf2", "stage_tf1"])
