@@ -207,14 +207,13 @@ class GraphView:
             reading = sorted({**dict.fromkeys(STRING_ATTRS), **noted}.items())
             nodes = self.nodes
             for key in self.attributed():
-                node = nodes[key]
-                attr = node.proto.attr
+                attr = nodes[key].proto.attr
                 for name, where in reading:
                     if name in attr:
                         if where is not None:
-                            where.add(node.key)
+                            where.add(key)
                         elif says_string(value := attr[name], value.WhichOneof("value")):
-                            string_typed.add(node.key)
+                            string_typed.add(key)
             self._read_notes = string_typed, noted
         return self._read_notes
 

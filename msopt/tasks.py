@@ -82,12 +82,8 @@ class Tasks:
         as int64), computed once. A plan gives a node its first instance's stream, so a plan of the run is an array
         over these keys (policy auto's candidates, msopt.placed_streams)."""
         found = self.__dict__.get("_distinct")
-        if found is None:
-            if len(self.key_set()) == len(self.key):  # each key once (the set serves as the plans' scope too)
-                found = tuple(self.key), np.arange(len(self.key), dtype=np.int64)
-            else:
-                found = distinct_keys(self.key)
-            self._distinct = found
+        if found is None:  # the key set (the plans' scope too) counts the distinct keys
+            found = self._distinct = distinct_keys(self.key, len(self.key_set()))
         return found
 
     def key_set(self):
@@ -119,9 +115,16 @@ class Tasks:
         return tuple(reversed(out))
 
 
-def distinct_keys(keys):
-    """(``keys`` each once in first-seen order as a tuple, the index of each one's first occurrence as int64)."""
-    if len(dict.fromkeys(keys)) == len(keys):  # every key once (most runs: no function called twice)
+def gather(values, index):
+    """``[values[i] for i in index]`` (an int array), through an object array: half the time of a Python loop at a
+    million items in a shuffled order."""
+    return np.fromiter(values, object, len(values))[index].tolist()
+
+
+def distinct_keys(keys, count=None):
+    """(``keys`` each once in first-seen order as a tuple, the index of each one's first occurrence as int64);
+    ``count``: how many distinct keys there are, if known."""
+    if (len(dict.fromkeys(keys)) if count is None else count) == len(keys):  # every key once (no body run twice)
         return tuple(keys), np.arange(len(keys), dtype=np.int64)
     first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))  # the last write of a key is its first index
     at = np.sort(np.fromiter(first.values(), np.int64, len(first)))

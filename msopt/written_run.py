@@ -19,7 +19,7 @@ import numpy as np
 from msopt.emit import copy_name
 from msopt.flat import renumber, signature_roots
 from msopt.simulate import simulate
-from msopt.tasks import Tasks, op_codes
+from msopt.tasks import Tasks, gather, op_codes
 
 
 def as_written(cost_model, partition, copies, roots=None):
@@ -83,12 +83,12 @@ def as_written(cost_model, partition, copies, roots=None):
     slot_keys[list(copy_slots)] = copy_keys
     is_copy = copy_rank[made] > 0
     made_keys[is_copy] = slot_keys[made[is_copy]]
-    ops = _spread(t.op, tasks_made)
+    ops = gather(t.op, tasks_made)  # a copy takes its original's value
     built = SimpleNamespace(
         key=made_keys.tolist(),
         op=ops,
-        instance=_spread(t.instance, tasks_made),
-        node=_spread(t.node, tasks_made) if "node" in t.__dict__ else [None] * len(made),
+        instance=gather(t.instance, tasks_made),
+        node=gather(t.node, tasks_made) if "node" in t.__dict__ else [None] * len(made),
         op_codes=op_codes(ops),
         instances=t.instances,
     )
@@ -145,11 +145,6 @@ def _view_reader(tasks, i, j):
             return call
         k = parent
     return None
-
-
-def _spread(values, original):
-    """``values`` (a per-task list) for the new tasks: a copy takes its original's value."""
-    return list(map(values.__getitem__, original.tolist()))
 
 
 def _within(widths):

@@ -25,14 +25,12 @@ from msopt.rules.walk import flatten, vertex_costs
 
 
 def chains(view, options):
-    keys, _ = flatten(view, options.run).distinct()
-    return dict(zip(keys, chain_plan(view, options).tolist()))
+    return flatten(view, options.run).as_plan(chain_plan(view, options))
 
 
 def minimum_chains(view, options):
     """Policy chains over the minimum path cover: the auto search tries it beside the greedy cover's plan."""
-    keys, _ = flatten(view, options.run).distinct()
-    return dict(zip(keys, minimum_chain_plan(view, options).tolist()))
+    return flatten(view, options.run).as_plan(minimum_chain_plan(view, options))
 
 
 def chain_plan(view, options, cover=None):

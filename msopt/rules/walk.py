@@ -86,8 +86,11 @@ class Dag:
 
     def partition(self, stream_of):
         """{node key: stream} from a per-vertex stream array (each node: the stream of its first instance)."""
-        keys, _ = self.distinct()
-        return dict(zip(keys, self.run_streams(stream_of).tolist()))
+        return self.as_plan(self.run_streams(stream_of))
+
+    def as_plan(self, streams):
+        """{node key: stream} of a plan given as an int array over ``distinct()``'s keys."""
+        return dict(zip(self.distinct()[0], streams.tolist()))
 
     def run_streams(self, stream_of):
         """A per-vertex stream array as a plan over ``distinct()``'s keys: the stream of each key's first vertex."""
