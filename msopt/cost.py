@@ -194,9 +194,9 @@ class CostModel:
         share, standalone = roofline(per_op(GEMM_OPS), half, flops, bytes_moved, out_elems, target)
         unknown = _segment_sums((np.array(shape_ids, np.int64).reshape(-1) == id(None)).astype(np.int64), out_ptr)
         self.unknown_shapes = int(((unknown > 0) | ~has_out)[kernel].sum())
-        self.flops = np.where(kernel, flops, 0.0).tolist()
-        self.share = np.where(kernel, share, 0.0).tolist()
-        self.duration = np.where(kernel, standalone, 0.0).tolist()
+        self.flops = _shared_floats(np.where(kernel, flops, 0.0))
+        self.share = _shared_floats(np.where(kernel, share, 0.0))
+        self.duration = _shared_floats(np.where(kernel, standalone, 0.0))
         self.kernel = kernel.tolist()
         self.measured = 0
         if measured:  # a measured time replaces the model's; it wins even for an op we thought free
@@ -337,6 +337,17 @@ class CostModel:
         other._bound = None
         other._corner_models = None
         return other
+
+
+def _shared_floats(values):
+    """``values.tolist()`` with one float object per distinct value (by bit pattern, so -0.0 and NaNs stay as they
+    are): a model repeats the same figures, and a float object costs 24 bytes more than a reference to one."""
+    if len(values) < 2:
+        return values.tolist()
+    bits, index = np.unique(np.ascontiguousarray(values, np.float64).view(np.int64), return_inverse=True)
+    distinct = np.empty(len(bits), object)
+    distinct[:] = bits.view(np.float64).tolist()
+    return distinct[index.reshape(-1)].tolist()
 
 
 def _segment_sums(values, ptr):

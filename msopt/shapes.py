@@ -9,7 +9,6 @@ from msopt.protos import DTYPE_NAMES
 # From this many tasks on, the ops whose shapes stay unknown are found by a compiled pass first
 # (below, loading numba and its cached machine code, about half a second, costs more than it saves).
 COMPILED_FROM = 200000
-_UNKNOWN = (None, [("float", None)], [("int32", None)])  # by _unknown_outputs' state
 _COUNTS_ONLY = frozenset({"Shape", "Size", "Rank"})  # int32 whatever their input
 
 
@@ -23,8 +22,9 @@ def infer_shapes(view, t, feeds):
     todo = range(n)
     if n >= COMPILED_FROM:
         state = _unknown_states(view, t, nodes, feeds, data_ptr, data_src, data_port)
-        known = _UNKNOWN
-        result = [known[s] and list(known[s]) for s in state.tolist()]
+        known = np.empty(3, object)  # one list per state, shared by its tasks (nobody changes a task's list)
+        known[:] = [None, [("float", None)], [("int32", None)]]
+        result = known[state].tolist()
         todo = np.flatnonzero(state == 0).tolist()
     unknown = ("float", None)
     same_shape = ELEMENTWISE_SAME_SHAPE
