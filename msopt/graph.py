@@ -58,8 +58,18 @@ class Node:
         return f"Node({self.key!r}, {self.op})"
 
 
+DT_RESOURCE = 20
+REF_OFFSET = 100  # DataType values above 100 are reference types
+
+
+def carries_handle(arg):
+    """Whether a function argument (an ArgDef) is a resource handle or a reference."""
+    dtype = arg.type
+    return dtype == DT_RESOURCE or dtype > REF_OFFSET or arg.is_ref
+
+
 class FunctionInfo:
-    __slots__ = ("name", "proto", "args", "returns", "callers")
+    __slots__ = ("name", "proto", "args", "returns", "callers", "handle_args")
 
     def __init__(self, name, proto):
         self.name = name
@@ -67,6 +77,7 @@ class FunctionInfo:
         self.args = []  # keys of the virtual _Arg nodes, in signature order
         self.returns = {}  # output arg name -> (source key, output)
         self.callers = []  # keys of nodes calling this function
+        self.handle_args = []  # keys of the arguments that are resource handles or references (msopt.links)
 
     def output_index(self, port):
         """Which output of a call to this function ``port`` names: 2 (main graph), or in a body
@@ -106,6 +117,8 @@ class GraphView:
                 key = node_key(name, arg.name)
                 self.nodes[key] = Node(key, arg.name, "_Arg", name, None)
                 info.args.append(key)
+                if carries_handle(arg):  # read here, where each argument is read anyway
+                    info.handle_args.append(key)
             self._add_graph(name, fdef.node_def, library)
             for out_name in sorted(fdef.ret):  # protobuf map order differs between processes
                 info.returns[out_name] = self._source(name, fdef.ret[out_name])

@@ -23,14 +23,11 @@ import weakref
 from collections import defaultdict
 
 from msopt.fusion import fusion_groups
-from msopt.graph import node_key, reach
+from msopt.graph import DT_RESOURCE, REF_OFFSET, node_key, reach
 from msopt.host_only import host_only
 from msopt.link_groups import link_groups
 from msopt.op_tables import CALL_OPS
 from msopt.xla_clusters import XLA_LINKERS
-
-DT_RESOURCE = 20
-REF_OFFSET = 100  # DataType values above 100 are reference types
 
 # fmt: off
 RESOURCE_PRODUCERS = frozenset({
@@ -183,11 +180,8 @@ def resource_carriers(view, nodes):
     bodies = dict.fromkeys(node.function for node in nodes)  # a body without real nodes reads nothing
     for name in bodies:
         info = view.functions.get(name)
-        if info is None:
-            continue
-        for key, arg in zip(info.args, info.proto.signature.input_arg):
-            if arg.type == DT_RESOURCE or arg.type > REF_OFFSET or arg.is_ref:
-                carriers.add(key)
+        if info is not None:
+            carriers.update(info.handle_args)
     for node in view.of_ops(_may_carry):  # the view's nodes of these op types (one test per op type)
         if node.function not in bodies:
             continue
@@ -224,17 +218,19 @@ def _passes_handle(node):
 
 def callee_arguments(view, node):
     """[(function, offset)]: data input i of a call node is argument i - offset; None if not a call."""
-    if node.op in view.functions:
-        return [(node.op, 0)]
-    attrs = node.proto.attr
-    if node.op in CALL_OPS:
-        names, offset = [attrs["f"].func.name], 0
-    elif node.op in WHILE_OPS:
+    op = node.op
+    if op in view.functions:
+        return [(op, 0)]
+    if op in CALL_OPS:  # the attribute map is read for calls only (most readers are none)
+        names, offset = [node.proto.attr["f"].func.name], 0
+    elif op in WHILE_OPS:
+        attrs = node.proto.attr
         names, offset = [attrs["cond"].func.name, attrs["body"].func.name], 0
-    elif node.op in IF_OPS:
+    elif op in IF_OPS:
+        attrs = node.proto.attr
         names, offset = [attrs["then_branch"].func.name, attrs["else_branch"].func.name], 1
-    elif node.op in CASE_OPS:
-        names, offset = [f.name for f in attrs["branches"].list.func], 1
+    elif op in CASE_OPS:
+        names, offset = [f.name for f in node.proto.attr["branches"].list.func], 1
     else:
         return None
     return [(name, offset) for name in names if name in view.functions]
