@@ -21,6 +21,7 @@ TensorFlow adds on top are left out, so a group found here may not be fused in t
 keeping it on one stream is then harmless.
 """
 
+import functools
 from collections import defaultdict, namedtuple
 from itertools import permutations
 
@@ -38,11 +39,12 @@ class P:
     child of ``ANY`` matches any input and is not part of the group.
     """
 
-    __slots__ = ("ops", "children")
+    __slots__ = ("ops", "children", "tested")
 
     def __init__(self, ops, *children):
         self.ops = frozenset(ops.split("|"))
         self.children = children
+        self.tested = tuple(i for i, child in enumerate(children) if child is not None)  # children not ANY
 
 
 ANY = None
@@ -253,11 +255,10 @@ def _match(view, key, pattern):
     matched = path | {node.key}
     if not pattern.children:
         return matched
-    for order in permutations(range(len(inputs))):
+    children = [pattern.children[i] for i in pattern.tested]
+    for inputs_taken in _assignments(len(inputs), pattern.tested):
         found = set()
-        for child, index in zip(pattern.children, order):
-            if child is ANY:
-                continue
+        for child, index in zip(children, inputs_taken):
             sub = _match(view, inputs[index], child)
             if sub is None:
                 break
@@ -265,6 +266,14 @@ def _match(view, key, pattern):
         else:
             return matched | found
     return None
+
+
+@functools.cache
+def _assignments(count, tested):
+    """The inputs the children at positions ``tested`` take, over the orders of ``count`` inputs (permutations),
+    each distinct assignment once, in the order the permutations first give it: the children of ANY match any input,
+    so the first order whose tested children all match is the first such assignment."""
+    return tuple(dict.fromkeys(tuple(order[i] for i in tested) for order in permutations(range(count))))
 
 
 def _data_consumers(nodes):

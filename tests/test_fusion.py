@@ -450,6 +450,61 @@ def test_pattern_is_grouped_at_the_proto_level(pattern):
         assert streams == {1}
 
 
+def _match_every_order(view, key, pattern):
+    """msopt.fusion._match as first written: the pattern's children tried against the inputs in every order."""
+    from itertools import permutations
+
+    from msopt.fusion import ANY, PASS_THROUGH
+
+    node, path = view.nodes.get(key), set()
+    while (
+        node is not None and not node.virtual and node.op in PASS_THROUGH and node.inputs and node.op not in pattern.ops
+    ):
+        path.add(node.key)
+        node = view.nodes.get(node.inputs[0][0])
+    if node is None or node.virtual or node.op not in pattern.ops:
+        return None
+    inputs = [src for src, _ in node.inputs]
+    if pattern.children and len(inputs) != len(pattern.children):
+        return None
+    if not pattern.children:
+        return path | {node.key}
+    for order in permutations(range(len(inputs))):
+        found = set()
+        for child, index in zip(pattern.children, order):
+            if child is ANY:
+                continue
+            sub = _match_every_order(view, inputs[index], child)
+            if sub is None:
+                break
+            found |= sub
+        else:
+            return path | {node.key} | found
+    return None
+
+
+def test_matching_each_distinct_assignment_once_equals_trying_every_order():
+    """_match tries each distinct way to give the tested children their inputs once (ANY children take any input):
+    the same answer as trying every order, at every node for every pattern tree, on every pattern's graph and on
+    the sample models."""
+    from conftest import SAMPLES
+
+    from msopt.fusion import _match
+
+    graphs = [build(b) for b, *_ in list(EXECUTED.values()) + list(PROTO_ONLY.values()) if b is not None]
+    graphs += [load(str(SAMPLES / name)).graph_def for name in ("deepfm_tf2", "towers_tf1", "stage_tf2")]
+    trees = [tree for pattern in PATTERNS for tree in pattern.trees]
+    matched = 0
+    for graph in graphs:
+        view = GraphView(graph)
+        for key in view.nodes:
+            for tree in trees:
+                found = _match(view, key, tree)
+                assert found == _match_every_order(view, key, tree), (key, sorted(tree.ops))
+                matched += found is not None
+    assert matched >= len(graphs) - 3  # every pattern's graph has its match
+
+
 def test_gru_and_augru_cells_are_grouped_whole():
     for attention in (False, True):
         view = GraphView(build(lambda: gru_cell(attention)))  # noqa: B023 (called at once)
