@@ -23,7 +23,7 @@ def infer_shapes(view, t, feeds):
     if n >= COMPILED_FROM:
         state = _unknown_states(view, t, nodes, feeds, data_ptr, data_src, data_port)
         known = np.empty(3, object)  # one list per state, shared by its tasks (nobody changes a task's list)
-        known[:] = [None, [("float", None)], [("int32", None)]]
+        known[1], known[2] = [("float", None)], [("int32", None)]
         result = known[state].tolist()
         todo = np.flatnonzero(state == 0).tolist()
     unknown = ("float", None)
