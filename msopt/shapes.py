@@ -27,6 +27,7 @@ def infer_shapes(view, t, feeds):
         result = known[state].tolist()
         todo = np.flatnonzero(state == 0).tolist()
     unknown = ("float", None)
+    recorded_shapes = {}  # serialized shape -> the one list of its sizes (msopt.shapes._recorded_shapes)
     same_shape = ELEMENTWISE_SAME_SHAPE
     for i in todo:
         node = nodes[i]
@@ -37,7 +38,7 @@ def infer_shapes(view, t, feeds):
             continue
         a, b = ptr[i], ptr[i + 1]
         if attr:
-            recorded = _recorded_shapes(proto)
+            recorded = _recorded_shapes(proto, recorded_shapes)
             dtypes = _output_dtypes(proto)
             if recorded is not None and None not in recorded:
                 if len(dtypes) < len(recorded):  # dtypes not in the attributes: the first input's, else float
@@ -104,12 +105,26 @@ def _unknown_outputs(plain, counts_only, data_ptr, data_src, data_port):
     return state
 
 
-def _recorded_shapes(proto):
-    if "_output_shapes" not in proto.attr:
+def _recorded_shapes(proto, known=None):
+    """The ``_output_shapes`` a node records (a list per output, None for an unknown rank), or None. ``known``
+    ({serialized shape: its list}), if given, hands equal shapes one list: reading a shape's dims one by one costs
+    more than serializing it (shape lists are never changed in place)."""
+    attr = proto.attr
+    if "_output_shapes" not in attr:
         return None
     shapes = []
-    for s in proto.attr["_output_shapes"].list.shape:
-        shapes.append(None if s.unknown_rank else [d.size for d in s.dim])
+    for s in attr["_output_shapes"].list.shape:
+        if s.unknown_rank:
+            shapes.append(None)
+            continue
+        if known is None:
+            shapes.append([d.size for d in s.dim])
+            continue
+        raw = s.SerializeToString()
+        shape = known.get(raw)
+        if shape is None:
+            shape = known[raw] = [d.size for d in s.dim]
+        shapes.append(shape)
     return shapes
 
 
