@@ -32,6 +32,9 @@ PASS_THROUGH = frozenset(
 )  # removed before the remapper runs
 
 
+ANY = None  # a pattern child matching any input
+
+
 class P:
     """One node of an op-type pattern: its op types and, optionally, one pattern per data input.
 
@@ -44,10 +47,9 @@ class P:
     def __init__(self, ops, *children):
         self.ops = frozenset(ops.split("|"))
         self.children = children
-        self.tested = tuple(i for i, child in enumerate(children) if child is not None)  # children not ANY
+        self.tested = tuple(i for i, child in enumerate(children) if child is not ANY)
 
 
-ANY = None
 Pattern = namedtuple("Pattern", "name source where trees")
 Group = namedtuple("Group", "name source ops same_op aliases")
 
@@ -239,8 +241,9 @@ def _possible(tree, present):
     return tree is ANY or (bool(tree.ops & present) and all(_possible(child, present) for child in tree.children))
 
 
-def _match(view, key, pattern):
-    """The keys a pattern matches at ``key`` (pass-through Identity nodes included), or None."""
+def _match(view, key, pattern, assignments=None):
+    """The keys a pattern matches at ``key`` (pass-through Identity nodes included), or None. ``assignments(count,
+    tested)`` gives the ways to try the tested children against the inputs, in order (``_assignments`` if None)."""
     node, path = view.nodes.get(key), set()
     while (
         node is not None and not node.virtual and node.op in PASS_THROUGH and node.inputs and node.op not in pattern.ops
@@ -256,10 +259,10 @@ def _match(view, key, pattern):
     if not pattern.children:
         return matched
     children = [pattern.children[i] for i in pattern.tested]
-    for inputs_taken in _assignments(len(inputs), pattern.tested):
+    for inputs_taken in (assignments or _assignments)(len(inputs), pattern.tested):
         found = set()
         for child, index in zip(children, inputs_taken):
-            sub = _match(view, inputs[index], child)
+            sub = _match(view, inputs[index], child, assignments)
             if sub is None:
                 break
             found |= sub

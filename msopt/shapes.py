@@ -107,18 +107,16 @@ def _unknown_outputs(plain, counts_only, data_ptr, data_src, data_port):
 
 def _recorded_shapes(proto, known=None):
     """The ``_output_shapes`` a node records (a list per output, None for an unknown rank), or None. ``known``
-    ({serialized shape: its list}), if given, hands equal shapes one list: reading a shape's dims one by one costs
-    more than serializing it (shape lists are never changed in place)."""
+    ({serialized shape: its list}, shared by the calls of one pass) hands equal shapes one list: reading a shape's
+    dims one by one costs more than serializing it (shape lists are never changed in place)."""
     attr = proto.attr
     if "_output_shapes" not in attr:
         return None
+    known = {} if known is None else known
     shapes = []
     for s in attr["_output_shapes"].list.shape:
         if s.unknown_rank:
             shapes.append(None)
-            continue
-        if known is None:
-            shapes.append([d.size for d in s.dim])
             continue
         raw = s.SerializeToString()
         shape = known.get(raw)
