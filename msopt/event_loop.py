@@ -8,11 +8,11 @@ from msopt.jit import compiled
 SYNCS, COPIES, COPY_BYTES, WAITS, NEXT_REQUEST = range(5)
 
 # The loop is one function: every compiled call that passes arrays costs reference counting (~25 ns per array),
-# more than the work of most events, so only the heaps (one array each) and the rare request issue are calls.
+# more than the work of most events, so only the rare request issue is a call; the heaps are inlined.
 # Keep the heaps here too: numba's on-disk cache notices a change of this file only, not of the files it calls.
 
 
-@compiled
+@compiled(inline=True)
 def push(heap, size, key, ident):
     """Push (key, ident) on the binary heap heap[:size] (rows: key, id as a float) in (key, id) order; the size."""
     k = size
@@ -28,7 +28,7 @@ def push(heap, size, key, ident):
     return size + 1
 
 
-@compiled
+@compiled(inline=True)
 def pop(heap, size):
     """Remove the heap's least (key, id), which the caller read at [0]; the new size."""
     size -= 1
@@ -54,7 +54,7 @@ def pop(heap, size):
     return size
 
 
-@compiled
+@compiled(inline=True)
 def replace_least(values, row, value):
     """heapq.heapreplace on the heap of floats values[row]: its least value gives way to ``value``."""
     size = values.shape[1]
@@ -114,20 +114,29 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
     # An edge i -> j is "local" when both ops share a stream or i is read in place (a constant, an input):
     # j may be launched once i is launched. Otherwise j waits on the host for i's data on the device,
     # plus the event sync and the copy.
-    host_pending = np.zeros(n, np.int64)  # inputs (edges in) not yet known ready on the host
+    # Per-task state, 40 bytes a task in one block: three times, then four int32 counts and links. Two of the
+    # times are kept where they are written later anyway (see start and end). One block, as a block over 32 MB
+    # (800k tasks) is always mapped apart by glibc's malloc and given back when freed, where separate arrays
+    # would stay in the arena of the thread that ran the loop (msopt.side_by_side: about 70 MB a thread).
+    block = np.zeros(5 * n)
+    host_ready = block[:n]
+    start = block[n : 2 * n]  # a kernel's launch time until it starts
+    end = block[2 * n : 3 * n]  # a no-kernel op's latest input on the device so far, until it ends then
+    links = block[3 * n :].view(np.int32)
+    host_pending = links[:n]  # inputs (edges in) not yet known ready on the host
+    device_pending = links[n : 2 * n]
+    bl_next = links[2 * n : 3 * n]  # ops ready while their executor was busy, in ready order (see bl_head)
+    q_next = links[3 * n :]  # per stream: launched kernels in launch order (see q_head)
     for k in range(dst.shape[0]):
         host_pending[dst[k]] += 1
-    device_pending = np.zeros(n, np.int64)
     for i in range(n):
         if not kernel[i]:
             device_pending[i] = host_pending[i] + 1  # no-kernel ops: inputs on the device, and handled
     for r in range(copies):
         for k in range(sources.shape[0]):
             host_pending[r * period + sources[k]] += 1  # gated until their request is issued
-    host_ready = np.zeros(n)
-    device_ready = np.zeros(n)  # for a no-kernel op: when its inputs (hence its outputs) exist on the device
-    start = np.zeros(n)
-    end = np.zeros(n)
+    bl_next[:] = -1
+    q_next[:] = -1
     max_port = -1
     for k in range(port_of.shape[0]):
         max_port = max(max_port, port_of[k])
@@ -147,15 +156,12 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
     executor_free = np.zeros(executors)  # each executor handles one op at a time
     bl_head = np.full(executors, -1, np.int64)  # ops ready while their executor was busy, in ready order
     bl_tail = np.full(executors, -1, np.int64)
-    bl_next = np.full(n, -1, np.int64)
     waking = np.zeros(executors, np.bool_)  # a wake-up of the executor is in the host heap
     driver = 0.0  # when the driver's context-wide launch resource is next free
     lanes = np.zeros((streams, max(copy_streams, 0)))  # each stream's copy streams: when next free (heaps)
     stream_block = np.zeros(streams)  # merged copies: the compute stream is busy copying until then
     q_head = np.full(streams, -1, np.int64)  # per stream: launched kernels in launch order
     q_tail = np.full(streams, -1, np.int64)
-    q_next = np.full(n, -1, np.int64)
-    launched_at = np.zeros(n)
     stream_busy = np.zeros(streams, np.bool_)
     busy_total = np.zeros(streams)
     waiting = np.zeros(streams, np.bool_)  # streams that got a launch or ended a kernel: may start the next
@@ -222,12 +228,11 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
                         if host_pending[j] == 0:
                             hsize = push(heap, hsize, host_ready[j], j)
                     if not kernel[j]:
-                        if at > device_ready[j]:
-                            device_ready[j] = at
+                        if at > end[j]:
+                            end[j] = at
                         device_pending[j] -= 1
                         if device_pending[j] == 0:
-                            end[j] = device_ready[j]
-                            work_i[top], work_f[top] = j, device_ready[j]
+                            work_i[top], work_f[top] = j, end[j]
                             top += 1
             if check_done:
                 check_done = False
@@ -284,7 +289,7 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
                 if bl_head[e] >= 0 and not waking[e]:
                     waking[e] = True
                     hsize = push(heap, hsize, host_free, -1 - e)
-                launched_at[i] = host_free
+                start[i] = host_free  # launched
                 if q_tail[s] >= 0:
                     q_next[q_tail[s]] = i
                 else:
@@ -309,12 +314,11 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
                     hsize = _issue(
                         finished[r], req, executor_free, counters, issued, host_ready, host_pending, heap, hsize
                     )
-                if ready > device_ready[i]:
-                    device_ready[i] = ready
+                if ready > end[i]:
+                    end[i] = ready
                 device_pending[i] -= 1
                 if device_pending[i] == 0:
-                    end[i] = device_ready[i]
-                    work_i[top], work_f[top] = i, device_ready[i]
+                    work_i[top], work_f[top] = i, end[i]
                     top += 1
                 known = ready
             # i's outputs are known to the host (launched, or passed through): its local consumers learn it.
@@ -339,7 +343,7 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
                     if q_head[s] < 0:
                         q_tail[s] = -1
                     stream_busy[s] = True
-                    ssize = push(starts, ssize, max(launched_at[i], now, stream_block[s]), i)
+                    ssize = push(starts, ssize, max(start[i], now, stream_block[s]), i)  # launched, or later
         # Advance to the next event: a kernel ends, a kernel starts, or the host finds an op ready.
         rate = 1.0 / demand if demand > 1.0 else 1.0
         t_end = now + (running[0, 0] - vclock) / rate if rsize > 0 else inf

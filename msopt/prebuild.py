@@ -36,15 +36,37 @@ def _exported(cc, name, types):
     cc.export(jit.export_name(name), signature)(dispatcher.py_func)
 
 
+def _releasing_the_gil(compiler):
+    """pycc's Flags, made to release the GIL in every export's Python wrapper (what ``njit(nogil=True)`` does for
+    the just-in-time form): the auto search runs simulations on a second thread (msopt.side_by_side). pycc has no
+    option for it, so its module's Flags class is swapped for the build; None if that module has no Flags (then
+    the exports hold the GIL: correct, only not side by side)."""
+    flags = getattr(compiler, "Flags", None)
+    if flags is None:
+        return None
+
+    class NoGil(flags):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.release_gil = True
+
+    return flags, NoGil
+
+
 def build(directory=jit._HERE):
     """Compile the extension into ``directory`` (the package's own by default); its path."""
     digest = jit.sources_digest()
     with tempfile.TemporaryDirectory(prefix="msopt-prebuild-") as work:
         saved, tempfile.tempdir = tempfile.tempdir, work  # pycc's own temporary directories, inside ours
+        swapped = None
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # pycc's pending deprecation: the just-in-time form stays the fallback
-                from numba.pycc import CC
+                from numba.pycc import CC, compiler
+
+            swapped = _releasing_the_gil(compiler)
+            if swapped is not None:
+                compiler.Flags = swapped[1]
 
             cc = CC(jit.MODULE)
             cc.output_dir = work
@@ -58,6 +80,8 @@ def build(directory=jit._HERE):
             cc.compile()
         finally:
             tempfile.tempdir = saved
+            if swapped is not None:
+                compiler.Flags = swapped[0]
         target = os.path.join(directory, cc.output_file)
         os.replace(os.path.join(work, cc.output_file), target)
     return target

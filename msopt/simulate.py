@@ -52,6 +52,7 @@ import numpy as np
 
 from msopt.bound import lower_bound  # noqa: F401  (re-exported: the cost model caches it)
 from msopt.host_model import host_settings
+from msopt.side_by_side import ahead
 from msopt.task_arrays import TaskArrays, task_arrays  # noqa: F401  (re-exported: the simulator reads them)
 
 
@@ -221,13 +222,13 @@ def simulate_streams(cost_model, stream_of, streams, others=(), waits=True):
 
 
 def run_each(cost_models, stream_of, streams):
-    """The Result (no waits recorded) of each cost model of the same tasks in turn, each simulated when asked for
-    (a caller may stop early), with ``stream_of`` as in ``simulate_streams``."""
-    array = None
-    for cm in cost_models:
-        if array is None:
-            array = check_streams(cm.tasks.key, stream_of, streams)
-        yield _run(cm, streams, stream_of, False, array)
+    """The Result (no waits recorded) of each cost model of the same tasks in turn, each simulated when asked for or
+    just before (a caller may stop early), with ``stream_of`` as in ``simulate_streams``."""
+    cost_models = list(cost_models)
+    if not cost_models:
+        return iter(())
+    array = check_streams(cost_models[0].tasks.key, stream_of, streams)
+    return ahead(lambda cm: _run(cm, streams, stream_of, False, array), cost_models)  # msopt.side_by_side
 
 
 def check_streams(keys, stream_of, streams):

@@ -38,7 +38,9 @@ from msopt.rules.collective import collective
 from msopt.rules.embedding import embedding
 from msopt.rules.stage import stage
 from msopt.rules.towers import towers
+from msopt.side_by_side import pool
 from msopt.simulate import simulate_streams, stream_array
+from msopt.task_arrays import task_arrays
 
 # A rule's plan is a dict, or an int array over the run's keys (msopt.tasks.Tasks.distinct): the list schedules' and
 # the chains', which would otherwise build a dict of every key of the run per candidate.
@@ -67,35 +69,15 @@ def search(view, options: RuleOptions, cost) -> RuleResult:
 def _search(view, options, cost):
     options = replace(options, run=cost.tasks)  # every rule plans the run the candidates are simulated on
     streams = options.streams
-    large = len(cost) > LARGE
-    single = cost.single_stream_us()  # simulated once per cost model, shared with the report
+    task_arrays(cost)  # made once, before the simulations that read them run side by side
+    with pool() as simulations:  # each candidate's simulation runs while the next is made (msopt.side_by_side)
+        single = simulations.submit(cost.single_stream_us)  # once per cost model, shared with the report
+        kept, judged = _judge(view, options, cost, simulations)
+    single = single.result()
     scored = [(round(single, 6), 1, 0, 0, "one stream")]
-    run_keys, _ = cost.tasks.distinct()
-    kept = Kept(run_keys, len(cost))
-    placed_streams = None if large else PlacedStreams(view, cost)  # the constraints' groups reaching the run
-    for label, plan in candidates(view, options, cost, large):
-        if isinstance(plan, np.ndarray):  # over the run's keys
-            keys, values = run_keys, compact_array(plan)
-        else:
-            plan = compact(plan)
-            keys, values = kept.shared_keys(plan), _values(plan)
-        # Judge each plan as it will run: after the constraints (skipped on very large graphs, for time).
-        stream_of = None if large or values is None else placed_streams(values, keys, streams)
-        if stream_of is None:  # large, or a plan the arrays do not cover (keys outside the run, bad streams)
-            plan = as_dict(cost, plan)
-            placed = plan if large else apply(view, plan, streams, scope=placed_streams.scope, records=False)[0]
-            stream_of = stream_array(cost, placed, streams)
-            values = np.fromiter(plan.values(), np.int64, len(plan)) if values is None else values
-        digest = _digest(stream_of)
-        same = kept.placed_alike(stream_of, digest)
-        if same is None:
-            result = simulate_streams(cost, stream_of, streams, waits=False)
-            makespan, syncs = round(result.makespan_us, 6), result.syncs
-        else:  # an earlier candidate placed every task alike: the same simulation
-            makespan, syncs = scored[same][0], scored[same][2]
-        used = int(np.count_nonzero(np.bincount(stream_of, minlength=1))) or 1
+    for figures, used, label in judged:
+        makespan, syncs = (scored[figures][0], scored[figures][2]) if isinstance(figures, int) else figures.result()
         scored.append((makespan, used, syncs, len(scored), label))
-        kept.add(keys, values, stream_of, digest)
     chosen, passed_over, robust = choose_robust(streams, cost, scored, kept.streams)
     makespan, used, _, _, label = chosen
     plan = kept.plan(chosen[3])
@@ -122,6 +104,42 @@ def _search(view, options, cost):
         },
     }
     return RuleResult(plan, report=report, notes=notes)
+
+
+def _judge(view, options, cost, simulations):
+    """(Kept, [(figures, streams used, label)] per candidate in turn): figures is the future (makespan, syncs) of
+    its simulation, submitted to ``simulations``, or the index of the earlier candidate placed alike."""
+    streams = options.streams
+    large = len(cost) > LARGE
+    run_keys, _ = cost.tasks.distinct()
+    kept = Kept(run_keys, len(cost))
+    placed_streams = None if large else PlacedStreams(view, cost)  # the constraints' groups reaching the run
+    judged = []
+    for label, plan in candidates(view, options, cost, large):
+        if isinstance(plan, np.ndarray):  # over the run's keys
+            keys, values = run_keys, compact_array(plan)
+        else:
+            plan = compact(plan)
+            keys, values = kept.shared_keys(plan), _values(plan)
+        # Judge each plan as it will run: after the constraints (skipped on very large graphs, for time).
+        stream_of = None if large or values is None else placed_streams(values, keys, streams)
+        if stream_of is None:  # large, or a plan the arrays do not cover (keys outside the run, bad streams)
+            plan = as_dict(cost, plan)
+            placed = plan if large else apply(view, plan, streams, scope=placed_streams.scope, records=False)[0]
+            stream_of = stream_array(cost, placed, streams)
+            values = np.fromiter(plan.values(), np.int64, len(plan)) if values is None else values
+        digest = _digest(stream_of)
+        same = kept.placed_alike(stream_of, digest)  # an earlier candidate placed every task alike: its figures
+        figures = simulations.submit(_figures, cost, stream_of, streams) if same is None else same
+        judged.append((figures, int(np.count_nonzero(np.bincount(stream_of, minlength=1))) or 1, label))
+        kept.add(keys, values, stream_of, digest)
+    return kept, judged
+
+
+def _figures(cost, stream_of, streams):
+    """(makespan rounded to 1e-6 us, syncs) of one candidate's simulation."""
+    result = simulate_streams(cost, stream_of, streams, waits=False)
+    return round(result.makespan_us, 6), result.syncs
 
 
 def candidates(view, options, cost, large):

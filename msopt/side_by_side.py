@@ -1,0 +1,70 @@
+"""Simulations side by side: the compiled event loop releases the GIL, so runs that do not depend on each other
+(the auto search's candidates, the host corners) go to a second thread while this one goes on.
+
+Two threads at most: a 2-core machine has no room for more, and each event loop over a million tasks holds about
+90 MB of its own arrays (the 2 GB target of the million-op plan leaves room for one more loop, not seven).
+Every result is the same as run one after another: the runs share only read-only arrays, and results are taken
+in the order the runs were asked for.
+"""
+
+import os
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+
+MOST = 2
+
+
+def workers():
+    """How many simulations may run at once: the cores this process may use, at most MOST."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(MOST, cores))
+
+
+class _Now:
+    """The executor of a one-core machine: runs each call as it is submitted (no thread)."""
+
+    def submit(self, function, *args, **kwargs):
+        future = Future()
+        try:
+            future.set_result(function(*args, **kwargs))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
+
+
+@contextmanager
+def pool():
+    """An executor for simulations, for the ``with`` block. Left by an exception (Ctrl-C, or a generator closed
+    early), it drops the runs not yet started and waits for the running ones (a compiled loop cannot be stopped),
+    so no thread outlives the block."""
+    if workers() < 2:
+        yield _Now()
+        return
+    executor = ThreadPoolExecutor(max_workers=workers(), thread_name_prefix="msopt-simulate")
+    try:
+        yield executor
+    except BaseException:
+        executor.shutdown(wait=True, cancel_futures=True)
+        raise
+    executor.shutdown(wait=True)
+
+
+def ahead(function, items):
+    """``map(function, items)``, lazily, with up to ``workers()`` calls running ahead: a caller that stops early
+    has started at most that many calls it did not need."""
+    if workers() < 2:
+        yield from map(function, items)
+        return
+    items = iter(items)
+    with pool() as executor:
+        running = deque(executor.submit(function, item) for _, item in zip(range(workers()), items))
+        while running:
+            result = running.popleft().result()
+            for item in items:  # the next call runs while the caller looks at this result
+                running.append(executor.submit(function, item))
+                break
+            yield result
