@@ -289,16 +289,20 @@ class CostModel:
         stream no edge crosses streams, so the event loop never reads the copy engine's constants (sync, copy latency,
         copy streams, merged copies): the with_target copies differing only in them share the figure."""
         if self._single is None:
-            from dataclasses import replace
-
             from msopt.simulate import single_stream
 
-            key = replace(self.target, sync_us=0.0, copy_latency_us=0.0, copy_streams=0, merge_copy_streams=False)
+            key = self.single_stream_key()
             shared = self.__dict__.setdefault("_arrays", {}).setdefault("single_stream_us", {})  # as task_arrays
             if key not in shared:
                 shared[key] = single_stream(self).makespan_us
             self._single = shared[key]
         return self._single
+
+    def single_stream_key(self):
+        """The host model single_stream_us depends on: the target without the copy engine's constants."""
+        from dataclasses import replace
+
+        return replace(self.target, sync_us=0.0, copy_latency_us=0.0, copy_streams=0, merge_copy_streams=False)
 
     def lower_bound(self, streams=1):
         """{lower_bound_us, critical_path_us, total_work_us, host_launch_us} on ``streams`` streams (cached)."""

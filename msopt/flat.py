@@ -20,9 +20,9 @@ import numpy as np
 from msopt.errors import InputError
 from msopt.graph import MAIN
 from msopt.op_tables import BACK_EDGE_OPS, CALL_OPS, FIRST_INPUT_IS_PREDICATE, output_index
-from msopt.order import topological_array
 from msopt.protos import DTYPE_NAMES
-from msopt.tasks import Tasks, gather, op_codes  # Tasks re-exported: the run's container
+from msopt.run_order import renumber
+from msopt.tasks import Tasks, op_codes  # Tasks re-exported: the run's container
 
 # A pure function of (op type, port) called once per named edge of every body instance: a few hundred distinct pairs.
 _output_index = functools.lru_cache(maxsize=4096)(output_index)
@@ -85,7 +85,7 @@ def flatten_run(view, roots):
             stack.extend(node.control_inputs)
         main = [n for n in main if n.key in needed]
     builder = _Builder(view)
-    builder.instantiate(main, 0)
+    builder.instantiate(main, 0, MAIN if roots is None else None)
     return builder.finish()
 
 
@@ -100,8 +100,11 @@ class _Builder:
         self.view = view
         self.key, self.op, self.instance, self.node = [], [], [], []  # per task, in creation order
         self.instances = [(None, None)]
-        self.index = [{}]  # per instance: node key -> task id, or -1 - (call instance) for a call node
-        self.segments = []  # (instance, nodes, first task id): the ops of a run of plain nodes
+        self.entries = [[]]  # per instance: (keys, task ids, or -1 - (call instance) for a call node), in order
+        self._index = {}  # per instance: the entries as a dict, made when first looked up (index_of)
+        self.at = {}  # per instance of a whole body: task id (as entries) by place in the body, -1 for none
+        self.starts = {}  # per body: where each node's data inputs start in the view's input_sources
+        self.segments = []  # (instance, nodes, first task id, body, place in it): the ops of a run of plain nodes
         self.raw = []  # (kind, instance, node, child instance) per opened call ("call") or function ("branch")
         self.exits = {}  # call instance -> tasks its completion means (returns and control returns)
         self.bodies = {}  # function name -> its real nodes
@@ -109,50 +112,75 @@ class _Builder:
             for node in view.nodes.values():
                 if node.function != MAIN and node.proto is not None:
                     self.bodies.setdefault(node.function, []).append(node)
+            for function, nodes in self.bodies.items():  # the view's own list where no name appears twice
+                if len(view.bodies.get(function, ())) == len(nodes):
+                    self.bodies[function] = view.bodies[function]
         self.active = []  # functions being expanded (a recursive call runs as one opaque op)
         self.branch_of = {}  # instance of a control-flow node's function -> that function's name
 
     def new_instance(self, call_key, parent):
         self.instances.append((call_key, parent))
-        self.index.append({})
+        self.entries.append([])
         return len(self.instances) - 1
 
-    def instantiate(self, nodes, instance):
+    def index_of(self, instance):
+        """``instance``'s node key -> task id (or -1 - call instance), made once (every instance is made by then)."""
+        found = self._index.get(instance)
+        if found is None:
+            found = self._index[instance] = {}
+            for keys, values in self.entries[instance]:
+                found.update(zip(keys, values))
+        return found
+
+    def instantiate(self, nodes, instance, body=None):
+        """Tasks for ``nodes`` in ``instance``: the whole of the view's body of function ``body`` if given (then the
+        view's input_sources number their edges)."""
         view = self.view
+        if body is not None:
+            self.at[instance] = np.full(len(nodes), -1, np.int64)
         # Calls and control flow one by one (arguments, virtual, never reach here: bodies hold real nodes).
         special = list(compress(range(len(nodes)), map(attrgetter("calls"), nodes)))
         start = 0
         for k in special:
             if k > start:
-                self.add_ops(nodes[start:k], instance)
+                self.add_ops(nodes[start:k], instance, body, start)
             start = k + 1
             node = nodes[k]
             if node.proto is None:
                 continue
             if is_call(view, node) and node.calls[0] not in self.active:
                 child = self.new_instance(node.key, instance)
-                self.index[instance][node.key] = -1 - child
+                self.entries[instance].append(((node.key,), (-1 - child,)))
+                if body is not None:
+                    self.at[instance][k] = -1 - child
                 self.active.append(node.calls[0])
-                self.instantiate(self.bodies.get(node.calls[0], ()), child)
+                self._instantiate_body(node.calls[0], child)
                 self.active.pop()
                 self.raw.append(("call", instance, node, child))
                 continue
-            self.add_ops([node], instance)
+            self.add_ops([node], instance, body, k)
             if not is_call(view, node):
                 self.open_branches(node, instance)
         if start < len(nodes):
-            self.add_ops(nodes[start:], instance)
+            self.add_ops(nodes[start:], instance, body, start)
 
-    def add_ops(self, nodes, instance):
-        """One task per node of ``nodes`` (plain ops of one instance), numbered next."""
+    def _instantiate_body(self, function, instance):
+        nodes = self.bodies.get(function, ())
+        self.instantiate(nodes, instance, function if nodes is self.view.bodies.get(function) else None)
+
+    def add_ops(self, nodes, instance, body=None, place=0):
+        """One task per node of ``nodes`` (plain ops of one instance), numbered next; from ``place`` on in the
+        view's body of function ``body`` if given."""
         first = len(self.key)
         keys = list(map(attrgetter("key"), nodes))
         self.key += keys
         self.op += map(attrgetter("op"), nodes)
         self.instance += [instance] * len(nodes)
         self.node += nodes
-        self.index[instance].update(zip(keys, range(first, first + len(nodes))))
-        self.segments.append((instance, nodes, first))
+        self.entries[instance].append((keys, range(first, first + len(nodes))))
+        if body is not None:
+            self.at[instance][place : place + len(nodes)] = np.arange(first, first + len(nodes))
+        self.segments.append((instance, nodes, first, body, place))
 
     def open_branches(self, node, instance):
         """Functional control flow (If, While, Case, ...): each function the node runs becomes an instance
@@ -162,7 +190,7 @@ class _Builder:
                 continue
             child = self.new_instance(node.key, instance)
             self.active.append(branch)
-            self.instantiate(self.bodies.get(branch, ()), child)
+            self._instantiate_body(branch, child)
             self.active.pop()
             self.raw.append(("branch", instance, node, child))
             self.branch_of[child] = branch
@@ -175,8 +203,8 @@ class _Builder:
         if not BACK_EDGE_OPS.isdisjoint(names):
             back = np.array([op in BACK_EDGE_OPS for op in names], bool)[codes]
         data, control = [], []
-        for instance, nodes, first in self.segments:
-            data.append(self.data_edges(instance, nodes, first, back))
+        for instance, nodes, first, body, place in self.segments:
+            data.append(self.data_edges(instance, nodes, first, back, body, place))
             control.extend(self.control_edges(instance, nodes, first))
         data_dst, data_src, data_port = (np.concatenate([d[k] for d in data] or [_EMPTY]) for k in range(3))
         # Control inputs of a call node hold back the body ops that have no other predecessor.
@@ -196,7 +224,7 @@ class _Builder:
         # A control-flow node is done when the functions it runs are: its consumers see them nested in it.
         for kind, instance, node, child in self.raw:
             if kind == "branch":
-                owner = self.index[instance][node.key]
+                owner = self.index_of(instance)[node.key]
                 exits = self.instance_exits(child, self.branch_of[child])
                 control.append((np.full(len(exits), owner, np.int64), np.asarray(exits, np.int64)))
         control_dst, control_src = (np.concatenate([c[k] for c in control] or [_EMPTY]) for k in range(2))
@@ -204,8 +232,9 @@ class _Builder:
         tasks.instances = self.instances
         return renumber(tasks, self, (data_dst, data_src, data_port), (control_dst, control_src))
 
-    def data_edges(self, instance, nodes, first, back):
-        """(dst, src, port) arrays of the data inputs of the tasks ``first``... made for ``nodes``, in order."""
+    def data_edges(self, instance, nodes, first, back, body=None, place=0):
+        """(dst, src, port) arrays of the data inputs of the tasks ``first``... made for ``nodes``, in order (from
+        ``place`` on in the view's body of function ``body`` if given)."""
         counts = list(map(len, map(attrgetter("inputs"), nodes)))
         m = sum(counts)
         if not m:
@@ -213,7 +242,12 @@ class _Builder:
         pairs = list(chain.from_iterable(map(attrgetter("inputs"), nodes)))
         sources = list(map(itemgetter(0), pairs))
         ports = list(map(itemgetter(1), pairs))
-        found = np.fromiter(map(self.index[instance].get, sources, repeat(-1, m)), np.int64, m)
+        if body is None:
+            found = np.fromiter(map(self.index_of(instance).get, sources, repeat(-1, m)), np.int64, m)
+        else:  # each source's place in the body, then its task (-1: an argument, read through the call)
+            edge = self._first_inputs(body)[place]
+            places = np.frombuffer(self.view.input_sources[body], np.int32)[edge : edge + m]
+            found = np.where(places >= 0, self.at[instance][places], -1)
         dst = np.repeat(np.arange(first, first + len(nodes), dtype=np.int64), counts)
         try:
             port = np.array(ports)
@@ -251,6 +285,14 @@ class _Builder:
         found[resolved] = resolved_task
         return dst[keep], found[keep], port[keep]
 
+    def _first_inputs(self, body):
+        """Per node of the view's body of function ``body``, where its data inputs start in input_sources."""
+        found = self.starts.get(body)
+        if found is None:
+            counts = np.fromiter(map(len, map(attrgetter("inputs"), self.view.bodies[body])), np.int64)
+            found = self.starts[body] = np.concatenate(([0], np.cumsum(counts)))
+        return found
+
     def control_edges(self, instance, nodes, first):
         """(dst, src) arrays of the control edges of the tasks ``first``... made for ``nodes``."""
         counts = [len(n.control_inputs) for n in nodes]
@@ -258,7 +300,7 @@ class _Builder:
         if not m:
             return []
         sources = [s for n in nodes for s in n.control_inputs]
-        found = np.fromiter(map(self.index[instance].get, sources, repeat(-1, m)), np.int64, m)
+        found = np.fromiter(map(self.index_of(instance).get, sources, repeat(-1, m)), np.int64, m)
         dst = np.repeat(np.arange(first, first + len(nodes), dtype=np.int64), counts)
         out = [(dst[found >= 0], found[found >= 0])]
         for e in np.flatnonzero(found < -1).tolist():  # a call: its returns and control returns
@@ -283,7 +325,7 @@ class _Builder:
                     return None
                 key, port = call.inputs[position]
                 continue
-            found = self.index[instance].get(key)
+            found = self.index_of(instance).get(key)
             if found is None:
                 return None
             if found < 0:  # a call: follow the callee's return value
@@ -302,7 +344,7 @@ class _Builder:
 
     def done_tasks(self, instance, key):
         """Tasks whose completion a control edge from ``key`` waits for."""
-        found = self.index[instance].get(key)
+        found = self.index_of(instance).get(key)
         if found is None:
             return []
         if found >= 0:
@@ -334,54 +376,3 @@ def _bincount_all(pairs, n):
     for dst, _ in pairs:
         counts += np.bincount(dst, minlength=n)
     return counts
-
-
-def _distinct(values):
-    """The distinct values, ascending (np.unique hashes: slower on millions of edges than a sort)."""
-    values = np.sort(values)
-    return values[np.concatenate(([True], values[1:] != values[:-1]))] if len(values) else values
-
-
-def _kahn(ptr, successors, pending):
-    """msopt.order's topological sort (Kahn's, first ready first served) of the CSR successor arrays, as an array."""
-    return topological_array(np.asarray(ptr, np.int64), np.asarray(successors, np.int64), pending)
-
-
-def renumber(out, built, data, control):
-    """Renumber tasks in the order TensorFlow's executor would find them ready (FIFO over ready ops)."""
-    n = len(built.key)
-    data_dst, data_src, data_port = data
-    control_dst, control_src = control
-    # Each task's distinct predecessors (itself excepted), successors listed in ascending task order.
-    dst = np.concatenate([data_dst, control_dst])
-    src = np.concatenate([data_src, control_src])
-    pair = _distinct(src[src != dst] * n + dst[src != dst])
-    succ_src, succ_dst = np.divmod(pair, max(n, 1))
-    pending = np.bincount(succ_dst, minlength=n)
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(succ_src, minlength=n), out=ptr[1:])
-    order = _kahn(ptr, succ_dst, pending)
-    new = np.empty(n, np.int64)
-    new[order] = np.arange(n, dtype=np.int64)
-    out.key = gather(built.key, order)
-    out.op = gather(built.op, order)
-    out.instance = gather(built.instance, order) if len(built.instances) > 1 else [0] * n
-    out.node = gather(built.node, order)
-    out._op_codes = (built.op_codes[0], built.op_codes[1][order])
-    out.created = order  # per task, its place in the creation order (msopt.written_run derives a run from it)
-    del out.inputs, out.control  # made from the arrays on first use
-    # Drop edges that would point backwards (only left by a cycle) so that every edge goes forward.
-    dst, src = new[data_dst], new[data_src]
-    forward = src < dst
-    dst, src, port = dst[forward], src[forward], data_port[forward]
-    by_task = np.argsort(dst, kind="stable")  # each task's inputs keep their order
-    data_ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(dst, minlength=n), out=data_ptr[1:])
-    data = (data_ptr, src[by_task], port[by_task])
-    dst, src = new[control_dst], new[control_src]
-    forward = src < dst
-    pair = _distinct(dst[forward] * n + src[forward])  # by task then predecessor
-    control_ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(pair // max(n, 1), minlength=n), out=control_ptr[1:])
-    out._csr = data + (control_ptr, pair % max(n, 1))
-    return out

@@ -196,7 +196,7 @@ def fusion_groups(view, nodes=None):
     nodes = list(view.real_nodes()) if nodes is None else nodes
     present = frozenset(node.op for node in nodes)
     rooted = {op: _patterns_rooted_at(op, present) for op in present}
-    forests = _tree_inputs(view, _joinable(view, nodes))
+    forests = _tree_inputs(view, nodes)
     consumers = _data_consumers(nodes) if "BiasAddGrad" in present else {}
     # Only these nodes can root a group: an op type some pattern is rooted at, or a tree node taking others in.
     matching = {op for op, found in rooted.items() if found} | ({"BiasAddGrad"} & present)
@@ -216,7 +216,7 @@ def fusion_groups(view, nodes=None):
         for name, inputs in forests:
             taken = inputs.get(node.key)
             if taken is not None:  # the root of a tree of two or more
-                if any(key in inputs for key in taken):
+                if not inputs.keys().isdisjoint(taken):
                     yield name, sorted(reach({node.key}, inputs))
                 else:  # its inputs take in none (most trees)
                     yield name, sorted({node.key, *taken})
@@ -288,54 +288,32 @@ def _data_consumers(nodes):
     return consumers
 
 
-class _Kinds(dict):
-    """A group's op kind by op type (its alias, or itself) for the op types in the group; ``in`` answers."""
-
-    def __init__(self, group):
-        super().__init__()
-        self.group = group
-
-    def __missing__(self, op):
-        kind = self.group.aliases.get(op, op)
-        self[op] = kind = kind if kind in self.group.ops else None
-        return kind
-
-    def __contains__(self, op):
-        return self[op] is not None
-
-
-def _tree_inputs(view, joinable):
+def _tree_inputs(view, nodes):
     """[(group name, {node key: the inputs its tree takes in})] per GROUPS entry: the Add/AddN (or same-op) trees
-    the arithmetic optimizer collapses. A node of the group without control inputs takes in each input of the group
-    (of its own op kind for a same-op group) that is ``joinable`` (msopt.fusion._joinable). Every input has at most
-    one such node, its only data consumer, so the trees are the subtrees of one forest per group, all made in one
-    pass."""
-    tables = [(_Kinds(group), group.same_op, {}) for group in GROUPS]
-    nodes = view.nodes
-    for node in joinable:
-        parent = nodes[node.outputs[0]]
-        if parent.control_inputs:
-            continue
-        for kinds, same_op, found in tables:
-            kind = kinds[node.op]
-            if kind is None:
-                continue
-            parent_kind = kinds[parent.op]
-            if parent_kind is None or (same_op and kind != parent_kind):
-                continue
-            found.setdefault(parent.key, []).append(node.key)
-    return [(group.name, found) for group, (_, _, found) in zip(GROUPS, tables)]
-
-
-def _joinable(view, nodes):
-    """The nodes a tree may take in, of ``nodes`` (real ones): of a tree's op types, no control edges in or out and
-    one data consumer, so exactly one output edge (a node's outputs list one entry per edge)."""
+    the arithmetic optimizer collapses, of ``nodes`` (real ones). A node of the group without control inputs takes
+    in each input of the group (of its own op kind for a same-op group) that is joinable: of a tree's op types, no
+    control edges in or out and one data consumer, so exactly one output edge (a node's outputs list one entry per
+    edge). Every input has at most one such node, its only data consumer, so the trees are the subtrees of one
+    forest per group, all made in one pass; whether an op joins a parent's op is worked out once per pair."""
+    found = [{} for _ in GROUPS]
+    joins = {}  # (op, parent's op) -> the found dicts of the groups where such a node joins such a parent
     by_key = view.nodes
-    return [
-        node
-        for node in nodes
-        if node.op in TREE_OPS
-        and len(node.outputs) == 1
-        and not node.control_inputs
-        and node.key not in by_key[node.outputs[0]].control_inputs
-    ]
+    for node in nodes:
+        if node.op not in TREE_OPS or len(node.outputs) != 1 or node.control_inputs:
+            continue
+        parent = by_key[node.outputs[0]]
+        if parent.control_inputs:  # none may wait on the node, and a node with control inputs takes in none
+            continue
+        pair = (node.op, parent.op)
+        tables = joins.get(pair)
+        if tables is None:
+            tables = joins[pair] = [table for group, table in zip(GROUPS, found) if _joins(group, *pair)]
+        for table in tables:
+            table.setdefault(parent.key, []).append(node.key)
+    return [(group.name, table) for group, table in zip(GROUPS, found)]
+
+
+def _joins(group, op, parent_op):
+    """Whether a node of ``op`` joins a tree node of ``parent_op`` in ``group``."""
+    kind, parent_kind = (group.aliases.get(o, o) for o in (op, parent_op))
+    return kind in group.ops and parent_kind in group.ops and not (group.same_op and kind != parent_kind)

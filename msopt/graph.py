@@ -5,6 +5,7 @@ A node's key is its name in the main graph and ``function:name`` inside a functi
 nodes so that edges from them are explicit; they carry no NodeDef and are never assigned.
 """
 
+from array import array
 from collections import Counter
 from itertools import chain
 
@@ -99,6 +100,7 @@ class GraphView:
         self.nodes = {}
         self.functions = {}
         self.bodies = {}  # function -> its real nodes, in the view's order (the main graph's first)
+        self.input_sources = {}  # function -> per data input of its body, the source's place in it (_add_graph)
         self._by_op = None  # (real nodes, op types, each node's op type code): made when first asked
         library = {f.signature.name: f for f in graph_def.library.function}
         # Found where the calls are read from every node's attributes (with a library; None without one, and then
@@ -129,7 +131,7 @@ class GraphView:
     def _add_graph(self, function, node_defs, library):
         # One string object per name and op type: a view of a million nodes holds each once (keys, names, op types
         # and edge sources share them), not a copy per reading of the proto.
-        added, nodes, ops = [], self.nodes, {}
+        added, nodes, ops, position = [], self.nodes, {}, {}
         pairs = {}  # (source, output): one tuple shared by the output's readers (at a million nodes, ~50 MB less)
         for nd in node_defs:
             name, op = nd.name, nd.op
@@ -138,8 +140,12 @@ class GraphView:
             if library:  # only library functions are called
                 node.calls = self._called_functions(nd, library, key) or ()
             nodes[key] = node
+            position[key] = len(added)
             added.append(node)
-        self.bodies.setdefault(function, []).extend(added)
+        self.bodies[function] = added
+        # Per data input of the body, in order: its source's place in the body, -1 for an argument (msopt.flat
+        # numbers a run's edges from these instead of looking every source up by key).
+        self.input_sources[function] = sources = array("i")
         for node in added:
             for ref in node.proto.input:
                 if ref.startswith("^"):
@@ -151,11 +157,13 @@ class GraphView:
                         source.outputs.append(node.key)
                     continue
                 src, port = self._source(function, ref)
-                source = nodes.get(src)
+                at = position.get(src, -1)
+                source = added[at] if at >= 0 else nodes.get(src)
                 if source is not None:
                     pair = (source.key, port)
                     node.inputs.append(pairs.setdefault(pair, pair))
                     source.outputs.append(node.key)
+                    sources.append(at)
 
     def _called_functions(self, node_def, library, key):
         """The library functions ``node_def`` calls; on the way (reading the attributes is most of the cost), ``key``

@@ -37,14 +37,15 @@ class _Now:
 
 
 @contextmanager
-def pool():
-    """An executor for simulations, for the ``with`` block. Left by an exception (Ctrl-C, or a generator closed
-    early), it drops the runs not yet started and waits for the running ones (a compiled loop cannot be stopped),
-    so no thread outlives the block."""
+def pool(threads=None):
+    """An executor of ``threads`` threads (``workers()`` if None) for simulations, for the ``with`` block; where
+    the machine has one core, one that runs each call when it is submitted. Left by an exception (Ctrl-C, or a
+    generator closed early), it drops the runs not yet started and waits for the running ones (a compiled loop
+    cannot be stopped), so no thread outlives the block."""
     if workers() < 2:
         yield _Now()
         return
-    executor = ThreadPoolExecutor(max_workers=workers(), thread_name_prefix="msopt-simulate")
+    executor = ThreadPoolExecutor(max_workers=threads or workers(), thread_name_prefix="msopt-simulate")
     try:
         yield executor
     except BaseException:

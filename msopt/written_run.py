@@ -17,7 +17,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from msopt.emit import copy_name
-from msopt.flat import renumber, signature_roots
+from msopt.flat import signature_roots
+from msopt.run_order import renumber
 from msopt.simulate import simulate
 from msopt.tasks import Tasks, gather, op_codes
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from msopt.constraints import apply
 from msopt.gc_pause import gc_paused
+from msopt.list_schedule import arrays as schedule_arrays
 from msopt.list_schedule import schedule_streams
 from msopt.placed_streams import PlacedStreams
 from msopt.rules import RuleOptions, RuleResult
@@ -38,7 +39,7 @@ from msopt.rules.collective import collective
 from msopt.rules.embedding import embedding
 from msopt.rules.stage import stage
 from msopt.rules.towers import towers
-from msopt.side_by_side import pool
+from msopt.side_by_side import pool, workers
 from msopt.simulate import simulate_streams, stream_array
 from msopt.task_arrays import task_arrays
 
@@ -70,7 +71,9 @@ def _search(view, options, cost):
     options = replace(options, run=cost.tasks)  # every rule plans the run the candidates are simulated on
     streams = options.streams
     task_arrays(cost)  # made once, before the simulations that read them run side by side
-    with pool() as simulations:  # each candidate's simulation runs while the next is made (msopt.side_by_side)
+    # One thread beside this one (msopt.side_by_side): the list schedules, then each candidate's simulation while
+    # this thread makes the next. A second loop at once would only take this thread's core, and 40 MB a million.
+    with pool(1) as simulations:
         single = simulations.submit(cost.single_stream_us)  # once per cost model, shared with the report
         kept, judged = _judge(view, options, cost, simulations)
     single = single.result()
@@ -106,16 +109,37 @@ def _search(view, options, cost):
     return RuleResult(plan, report=report, notes=notes)
 
 
+def _corners_on_one_stream(cost, simulations):
+    """Start the host corners' one-stream runs, which choose_robust compares each corner with, on the second thread
+    while this one makes the constraint groups (not where no second thread runs: they may not be needed)."""
+    from msopt.uncertainty import corner_models
+
+    if workers() < 2:
+        return
+    started = {cost.single_stream_key()}  # _search started that one
+    for cm in corner_models(cost):
+        key = cm.single_stream_key()  # corners differing in the copy engine alone share one run
+        if key not in started:
+            started.add(key)
+            simulations.submit(cm.single_stream_us)
+
+
 def _judge(view, options, cost, simulations):
     """(Kept, [(figures, streams used, label)] per candidate in turn): figures is the future (makespan, syncs) of
     its simulation, submitted to ``simulations``, or the index of the earlier candidate placed alike."""
     streams = options.streams
     large = len(cost) > LARGE
-    run_keys, _ = cost.tasks.distinct()
+    run_keys, _ = cost.tasks.distinct()  # made here before any other thread reads it (the scope, by identity)
     kept = Kept(run_keys, len(cost))
+    # The list schedules' graph arrays are made here: sorts over every edge, whose scratch, freed on another thread,
+    # would stay in that thread's malloc arena (36 MB more at the million-op peak; 0.3 s less if made there).
+    schedule_arrays(cost)
+    made = candidates(view, options, cost, large, simulations.submit)  # the list schedules start now
+    if streams > 1:
+        _corners_on_one_stream(cost, simulations)
     placed_streams = None if large else PlacedStreams(view, cost)  # the constraints' groups reaching the run
     judged = []
-    for label, plan in candidates(view, options, cost, large):
+    for label, plan in made:
         if isinstance(plan, np.ndarray):  # over the run's keys
             keys, values = run_keys, compact_array(plan)
         else:
@@ -142,16 +166,36 @@ def _figures(cost, stream_of, streams):
     return round(result.makespan_us, 6), result.syncs
 
 
-def candidates(view, options, cost, large):
-    """(label, raw plan) of every candidate, one at a time (a plan is judged and packed before the next is made)."""
+def candidates(view, options, cost, large, submit=None):
+    """(label, raw plan) of every candidate, one at a time (a plan is judged and packed before the next is made).
+    The list schedules come first; given ``submit`` (an executor's), they are all started now, one after another
+    on another thread (they read no constraint groups: made side by side with the caller's), else each is made
+    when asked for."""
     streams = options.streams
     if streams < 2 or not len(cost):
-        return
+        return iter(())
     widths = [streams] if large else sorted({min(1 << i, streams) for i in range(1, 11)} | {streams})
-    for k in widths:
-        yield f"list schedule on {k} streams", schedule_streams(cost, k, by_rank=not large)
-        if not large:
-            yield f"chain list schedule on {k} streams", schedule_streams(cost, k, chained=True)
+    schedules = [
+        (f"{'chain ' if chained else ''}list schedule on {k} streams", k, chained)
+        for k in widths
+        for chained in ((False,) if large else (False, True))
+    ]
+
+    def scheduled():
+        for _, k, chained in schedules:
+            yield schedule_streams(cost, k, chained=chained, by_rank=not large)
+
+    made = scheduled() if submit is None else _when_done(submit(lambda: list(scheduled())))
+    return _candidates(view, options, cost, large, zip((label for label, _, _ in schedules), made))
+
+
+def _when_done(future):
+    """The items of ``future``'s result, waited for when the first is asked for."""
+    yield from future.result()
+
+
+def _candidates(view, options, cost, large, schedules):
+    yield from schedules
     times = cost.node_times()  # the rules' weights, once per search
     for name in () if large else RULE_CANDIDATES:
         plan = run_rule(name, view, options, times)
