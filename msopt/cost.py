@@ -244,8 +244,11 @@ class CostModel:
 
     def node_times(self):
         """{node key: standalone microseconds} summed over the op's instances."""
-        if len(self.tasks.instances) == 1:  # one instance: every key once
-            return dict(zip(self.tasks.key, self.duration))
+        if len(self.tasks.instances) == 1:  # one instance: every key once, read as an array by the rules
+            from msopt.rules import RunCosts
+            from msopt.task_arrays import task_figures
+
+            return RunCosts(self.tasks.key, task_figures(self)[0])
         times = {}
         for k, d in zip(self.tasks.key, self.duration):
             times[k] = times.get(k, 0.0) + d

@@ -13,6 +13,31 @@ from typing import Any
 
 from msopt.errors import InputError
 
+
+class RunCosts(Mapping):
+    """``node_costs`` of a run whose keys appear once each: {key: time} over the run's own key list and its times
+    as a float64 array in that order. The rules read the array when they plan that run (msopt.rules.walk's
+    vertex_costs); the dict is made only if a key is looked up (a million keys: 0.3 s)."""
+
+    def __init__(self, keys, times):
+        self.keys_list, self.times = keys, times
+        self._dict = None
+
+    def _mapping(self):
+        if self._dict is None:
+            self._dict = dict(zip(self.keys_list, self.times.tolist()))
+        return self._dict
+
+    def __getitem__(self, key):
+        return self._mapping()[key]
+
+    def __iter__(self):
+        return iter(self.keys_list)
+
+    def __len__(self):
+        return len(self.keys_list)
+
+
 AUTO = "auto"
 POLICIES = {
     "none": ("msopt.rules.existing", "keep_existing", "keep the _stream_id attributes already on the nodes"),

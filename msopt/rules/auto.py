@@ -30,7 +30,6 @@ import numpy as np
 
 from msopt.constraints import apply
 from msopt.gc_pause import gc_paused
-from msopt.list_schedule import arrays as schedule_arrays
 from msopt.list_schedule import schedule_streams
 from msopt.placed_streams import PlacedStreams
 from msopt.rules import RuleOptions, RuleResult
@@ -131,9 +130,6 @@ def _judge(view, options, cost, simulations):
     large = len(cost) > LARGE
     run_keys, _ = cost.tasks.distinct()  # made here before any other thread reads it (the scope, by identity)
     kept = Kept(run_keys, len(cost))
-    # The list schedules' graph arrays are made here: sorts over every edge, whose scratch, freed on another thread,
-    # would stay in that thread's malloc arena (36 MB more at the million-op peak; 0.3 s less if made there).
-    schedule_arrays(cost)
     made = candidates(view, options, cost, large, simulations.submit)  # the list schedules start now
     if streams > 1:
         _corners_on_one_stream(cost, simulations)
