@@ -228,7 +228,7 @@ def run_each(cost_models, stream_of, streams):
     if not cost_models:
         return iter(())
     array = check_streams(cost_models[0].tasks.key, stream_of, streams)
-    return ahead(lambda cm: _run(cm, streams, stream_of, False, array), cost_models)  # msopt.side_by_side
+    return ahead(lambda cm: _run(cm, streams, stream_of, False, array), cost_models, len(array))  # side_by_side
 
 
 def check_streams(keys, stream_of, streams):

@@ -46,7 +46,7 @@ def corner_rows(cost_model, stream_of, streams, order=None):
     def row(cm):
         return simulate_streams(cm, stream_array, streams, waits=False).makespan_us, cm.single_stream_us()
 
-    return ahead(row, models)  # a corner or two run ahead of the one asked for (msopt.side_by_side)
+    return ahead(row, models, len(cost_model))  # a corner or two run ahead of the one asked for (side_by_side)
 
 
 def speedups(rows):

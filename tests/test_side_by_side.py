@@ -28,13 +28,25 @@ def test_runs_ahead_come_back_in_order_and_an_early_stop_leaves_no_thread():
         started.append(x)
         return x * x
 
-    assert list(side_by_side.ahead(square, range(20))) == [x * x for x in range(20)]
+    assert list(side_by_side.ahead(square, range(20), side_by_side.SMALL)) == [x * x for x in range(20)]
     started.clear()
-    found = side_by_side.ahead(square, range(1000))
+    found = side_by_side.ahead(square, range(1000), side_by_side.SMALL)
     assert [next(found), next(found)] == [0, 1]
     found.close()
     assert len(started) <= 2 + side_by_side.workers()  # a few ahead, not the thousand
     assert not _simulation_threads()
+
+
+def test_small_runs_stay_in_this_thread_and_large_ones_go_beside_it():
+    def where(_):
+        return threading.current_thread().name
+
+    assert set(side_by_side.ahead(where, range(4), side_by_side.SMALL - 1)) == {threading.current_thread().name}
+    with side_by_side.pool(side_by_side.SMALL - 1) as executor:
+        assert executor.submit(where, 0).result() == threading.current_thread().name
+    if side_by_side.workers() < 2:
+        pytest.skip("one core: every run stays in this thread")
+    assert all(name.startswith("msopt-simulate") for name in side_by_side.ahead(where, range(4), side_by_side.SMALL))
 
 
 def test_an_error_in_a_run_ahead_reaches_the_caller_and_leaves_no_thread():
@@ -44,7 +56,7 @@ def test_an_error_in_a_run_ahead_reaches_the_caller_and_leaves_no_thread():
         return x
 
     with pytest.raises(ValueError, match="three"):
-        list(side_by_side.ahead(fail_at_three, range(10)))
+        list(side_by_side.ahead(fail_at_three, range(10), side_by_side.SMALL))
     assert not _simulation_threads()
 
 
@@ -95,6 +107,7 @@ def test_the_compiled_event_loop_lets_other_threads_run():
 def test_the_auto_search_plans_the_same_with_one_thread_or_two(monkeypatch, name):
     model, view = open_model(SAMPLES / name)
     options = PlanOptions(streams=4, cost=CostOptions(target="h100"))
+    monkeypatch.setattr(side_by_side, "SMALL", 0)  # these models' runs are small: side by side anyway
     found = {}
     for most in (1, 2):
         monkeypatch.setattr(side_by_side, "MOST", most)

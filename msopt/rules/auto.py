@@ -38,7 +38,7 @@ from msopt.rules.collective import collective
 from msopt.rules.embedding import embedding
 from msopt.rules.stage import stage
 from msopt.rules.towers import towers
-from msopt.side_by_side import pool, workers
+from msopt.side_by_side import beside, pool
 from msopt.simulate import simulate_streams, stream_array
 from msopt.task_arrays import task_arrays
 
@@ -72,7 +72,7 @@ def _search(view, options, cost):
     task_arrays(cost)  # made once, before the simulations that read them run side by side
     # One thread beside this one (msopt.side_by_side): the list schedules, then each candidate's simulation while
     # this thread makes the next. A second loop at once would only take this thread's core, and 40 MB a million.
-    with pool(1) as simulations:
+    with pool(len(cost), threads=1) as simulations:
         single = simulations.submit(cost.single_stream_us)  # once per cost model, shared with the report
         kept, judged = _judge(view, options, cost, simulations)
     single = single.result()
@@ -110,10 +110,10 @@ def _search(view, options, cost):
 
 def _corners_on_one_stream(cost, simulations):
     """Start the host corners' one-stream runs, which choose_robust compares each corner with, on the second thread
-    while this one makes the constraint groups (not where no second thread runs: they may not be needed)."""
+    while this one makes the constraint groups (only where a second thread runs them: they may not be needed)."""
     from msopt.uncertainty import corner_models
 
-    if workers() < 2:
+    if not beside(len(cost)):
         return
     started = {cost.single_stream_key()}  # _search started that one
     for cm in corner_models(cost):
