@@ -112,9 +112,6 @@ class _Builder:
             for node in view.nodes.values():
                 if node.function != MAIN and node.proto is not None:
                     self.bodies.setdefault(node.function, []).append(node)
-            for function, nodes in self.bodies.items():  # the view's own list where no name appears twice
-                if len(view.bodies.get(function, ())) == len(nodes):
-                    self.bodies[function] = view.bodies[function]
         self.active = []  # functions being expanded (a recursive call runs as one opaque op)
         self.branch_of = {}  # instance of a control-flow node's function -> that function's name
 
@@ -158,7 +155,7 @@ class _Builder:
                     self.later[instance].append(((node.key,), (-1 - child,)))
                     self.at[instance][k] = -1 - child
                 self.active.append(node.calls[0])
-                self._instantiate_body(node.calls[0], child)
+                self.instantiate(self.bodies.get(node.calls[0], ()), child)
                 self.active.pop()
                 self.raw.append(("call", instance, node, child))
                 continue
@@ -167,11 +164,6 @@ class _Builder:
                 self.open_branches(node, instance)
         if start < len(nodes):
             self.add_ops(nodes[start:], instance, body, start)
-
-    def _instantiate_body(self, function, instance):
-        nodes = self.bodies.get(function, ())
-        whole = nodes is self.view.bodies.get(function) and len(nodes) >= _BY_PLACE
-        self.instantiate(nodes, instance, function if whole else None)
 
     def add_ops(self, nodes, instance, body=None, place=0):
         """One task per node of ``nodes`` (plain ops of one instance), numbered next; from ``place`` on in the
@@ -197,7 +189,7 @@ class _Builder:
                 continue
             child = self.new_instance(node.key, instance)
             self.active.append(branch)
-            self._instantiate_body(branch, child)
+            self.instantiate(self.bodies.get(branch, ()), child)
             self.active.pop()
             self.raw.append(("branch", instance, node, child))
             self.branch_of[child] = branch
@@ -242,18 +234,20 @@ class _Builder:
     def data_edges(self, instance, nodes, first, back, body=None, place=0):
         """(dst, src, port) arrays of the data inputs of the tasks ``first``... made for ``nodes``, in order (from
         ``place`` on in the view's body of function ``body`` if given)."""
-        counts = list(map(len, map(attrgetter("inputs"), nodes)))
-        m = sum(counts)
+        if body is None:
+            counts = list(map(len, map(attrgetter("inputs"), nodes)))
+            m = sum(counts)
+        else:
+            starts = self._first_inputs(body)[place : place + len(nodes) + 1]
+            counts, m = np.diff(starts), int(starts[-1] - starts[0])
         if not m:
             return _EMPTY, _EMPTY, _EMPTY
         pairs = list(chain.from_iterable(map(attrgetter("inputs"), nodes)))
-        sources = list(map(itemgetter(0), pairs))
         ports = list(map(itemgetter(1), pairs))
         if body is None:
-            found = np.fromiter(map(self.index_of(instance).get, sources, repeat(-1, m)), np.int64, m)
+            found = np.fromiter(map(self.index_of(instance).get, map(itemgetter(0), pairs), repeat(-1, m)), np.int64, m)
         else:  # each source's place in the body, then its task (-1: an argument, read through the call)
-            edge = self._first_inputs(body)[place]
-            places = np.frombuffer(self.view.input_sources[body], np.int32)[edge : edge + m]
+            places = np.frombuffer(self.view.input_sources[body], np.int32)[starts[0] : starts[-1]]
             found = np.where(places >= 0, self.at[instance][places], -1)
         dst = np.repeat(np.arange(first, first + len(nodes), dtype=np.int64), counts)
         try:
@@ -271,7 +265,7 @@ class _Builder:
         slow = np.flatnonzero(slow)
         dropped, named, named_port, resolved, resolved_task = [], [], [], [], []  # set on the arrays at the end
         for e, f in zip(slow.tolist(), found[slow].tolist()):
-            src, p = sources[e], ports[e]
+            src, p = pairs[e]
             if f >= 0:  # a plain op: only a back edge is dropped, a named output is looked up
                 if ops[f] in BACK_EDGE_OPS:
                     dropped.append(e)
@@ -374,8 +368,9 @@ class _Builder:
 
 
 _EMPTY = np.zeros(0, np.int64)
-# Bodies this big number their edges by place (the view's input_sources); smaller ones look their sources up by key,
-# as a few numpy calls per instance cost more than the lookups (a detector's 2,116 small bodies: 154 -> 178 ms).
+# A main graph this big numbers its edges by place (the view's input_sources). Function bodies, and smaller graphs,
+# look their sources up by key: a body reads its arguments through resolve, which needs the key -> task dict anyway,
+# and a few numpy calls per instance cost more than the lookups (a detector's 2,116 bodies by place: 154 -> 178 ms).
 _BY_PLACE = 4096
 _NAMED = -(2**62)  # a port given by name (resolved one by one)
 
