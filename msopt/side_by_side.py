@@ -1,8 +1,8 @@
-"""Simulations side by side: the compiled event loop releases the GIL, so runs that do not depend on each other
-(the auto search's candidates, the host corners) go to a second thread while this one goes on.
+"""Work side by side: the compiled loops release the GIL, so runs that do not depend on each other (the auto
+search's list schedules and candidates' simulations, the host corners) go to a second thread while this one goes on.
 
 Two threads at most: a 2-core machine has no room for more, and each event loop over a million tasks holds about
-90 MB of its own arrays (the 2 GB target of the million-op plan leaves room for one more loop, not seven).
+40 MB of its own (the 2 GB target of the million-op plan leaves room for one more loop, not seven).
 Every result is the same as run one after another: the runs share only read-only arrays, and results are taken
 in the order the runs were asked for.
 """

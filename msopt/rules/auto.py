@@ -13,8 +13,9 @@
 3. The other rules' plans (chains, embedding, towers, stage, collective) where they apply,
    called directly as the pure functions they are (not through the policy registry).
 4. Every candidate goes through the constraints and the simulator (msopt.simulate), next to
-   the one-stream plan; the shortest makespan wins, ties going to fewer streams and fewer
-   syncs. So auto never plans something slower than one stream, and it says when it used
+   the one-stream plan (on large runs, the list schedules and the simulations run on a second
+   thread while this one makes the constraint groups and the next candidate: msopt.side_by_side);
+   the shortest makespan wins, ties going to fewer streams and fewer syncs. So auto never plans something slower than one stream, and it says when it used
    fewer streams than it was given because more did not pay (the report's notes).
 5. Robustness (``choose_robust``): a multi-stream plan is chosen only if it is at least as fast
    as one stream at every corner of the uncertain host constants (msopt.uncertainty); the
