@@ -85,7 +85,7 @@ def flatten_run(view, roots):
             stack.extend(node.control_inputs)
         main = [n for n in main if n.key in needed]
     builder = _Builder(view)
-    builder.instantiate(main, 0, MAIN if roots is None and len(main) >= _BY_PLACE else None)
+    builder.instantiate(main, 0, by_place=roots is None and len(main) >= _BY_PLACE)
     return builder.finish()
 
 
@@ -101,10 +101,10 @@ class _Builder:
         self.key, self.op, self.instance, self.node = [], [], [], []  # per task, in creation order
         self.instances = [(None, None)]
         self.index = [{}]  # per instance: node key -> task id, or -1 - (call instance) for a call node (index_of)
-        self.later = {}  # per instance of a whole body: its index's (keys, values) in order, for index_of to make
-        self.at = {}  # per instance of a whole body: task id (as index) by place in the body, -1 for none
-        self.starts = {}  # per body: where each node's data inputs start in the view's input_sources
-        self.segments = []  # (instance, nodes, first task id, body, place in it): the ops of a run of plain nodes
+        # A main graph numbered by place: its index's (keys, values) in order, for index_of to make, and its task (as
+        # index) by place in the graph, -1 for none.
+        self.later, self.places, self.starts = [], None, None  # starts: where each node's inputs begin (made once)
+        self.segments = []  # (instance, nodes, first task id, place in the main graph if by place): runs of plain nodes
         self.raw = []  # (kind, instance, node, child instance) per opened call ("call") or function ("branch")
         self.exits = {}  # call instance -> tasks its completion means (returns and control returns)
         self.bodies = {}  # function name -> its real nodes
@@ -121,65 +121,65 @@ class _Builder:
         return len(self.instances) - 1
 
     def index_of(self, instance):
-        """``instance``'s index; for a whole body's instance made when first asked (every instance is made by then),
-        as a run that reads its edges by place seldom needs it."""
+        """``instance``'s index; for the main graph numbered by place made when first asked (every instance is made by
+        then), as a graph that reads its edges by place seldom needs it."""
         found = self.index[instance]
         if found is None:
             found = self.index[instance] = {}
-            for keys, values in self.later.pop(instance):
+            for keys, values in self.later:
                 found.update(zip(keys, values))
         return found
 
-    def instantiate(self, nodes, instance, body=None):
-        """Tasks for ``nodes`` in ``instance``: the whole of the view's body of function ``body`` if given (then the
-        view's input_sources number their edges)."""
+    def instantiate(self, nodes, instance, by_place=False):
+        """Tasks for ``nodes`` in ``instance``; ``by_place``: the whole main graph, its edges numbered from the view's
+        main_input_sources."""
         view = self.view
-        if body is not None:
-            self.at[instance] = np.full(len(nodes), -1, np.int64)
-            self.index[instance], self.later[instance] = None, []
+        if by_place:
+            self.places = np.full(len(nodes), -1, np.int64)
+            self.index[instance] = None
         # Calls and control flow one by one (arguments, virtual, never reach here: bodies hold real nodes).
         special = list(compress(range(len(nodes)), map(attrgetter("calls"), nodes)))
         start = 0
         for k in special:
             if k > start:
-                self.add_ops(nodes[start:k], instance, body, start)
+                self.add_ops(nodes[start:k], instance, start if by_place else False)
             start = k + 1
             node = nodes[k]
             if node.proto is None:
                 continue
             if is_call(view, node) and node.calls[0] not in self.active:
                 child = self.new_instance(node.key, instance)
-                if body is None:
-                    self.index[instance][node.key] = -1 - child
+                if by_place:
+                    self.later.append(((node.key,), (-1 - child,)))
+                    self.places[k] = -1 - child
                 else:
-                    self.later[instance].append(((node.key,), (-1 - child,)))
-                    self.at[instance][k] = -1 - child
+                    self.index[instance][node.key] = -1 - child
                 self.active.append(node.calls[0])
                 self.instantiate(self.bodies.get(node.calls[0], ()), child)
                 self.active.pop()
                 self.raw.append(("call", instance, node, child))
                 continue
-            self.add_ops([node], instance, body, k)
+            self.add_ops([node], instance, k if by_place else False)
             if not is_call(view, node):
                 self.open_branches(node, instance)
         if start < len(nodes):
-            self.add_ops(nodes[start:], instance, body, start)
+            self.add_ops(nodes[start:], instance, start if by_place else False)
 
-    def add_ops(self, nodes, instance, body=None, place=0):
-        """One task per node of ``nodes`` (plain ops of one instance), numbered next; from ``place`` on in the
-        view's body of function ``body`` if given."""
+    def add_ops(self, nodes, instance, place=False):
+        """One task per node of ``nodes`` (plain ops of one instance), numbered next; from ``place`` on in the main
+        graph numbered by place (False if not)."""
         first = len(self.key)
         keys = list(map(attrgetter("key"), nodes))
         self.key += keys
         self.op += map(attrgetter("op"), nodes)
         self.instance += [instance] * len(nodes)
         self.node += nodes
-        if body is None:
+        if place is False:
             self.index[instance].update(zip(keys, range(first, first + len(nodes))))
         else:
-            self.later[instance].append((keys, range(first, first + len(nodes))))
-            self.at[instance][place : place + len(nodes)] = np.arange(first, first + len(nodes))
-        self.segments.append((instance, nodes, first, body, place))
+            self.later.append((keys, range(first, first + len(nodes))))
+            self.places[place : place + len(nodes)] = np.arange(first, first + len(nodes))
+        self.segments.append((instance, nodes, first, place))
 
     def open_branches(self, node, instance):
         """Functional control flow (If, While, Case, ...): each function the node runs becomes an instance
@@ -202,8 +202,8 @@ class _Builder:
         if not BACK_EDGE_OPS.isdisjoint(names):
             back = np.array([op in BACK_EDGE_OPS for op in names], bool)[codes]
         data, control = [], []
-        for instance, nodes, first, body, place in self.segments:
-            data.append(self.data_edges(instance, nodes, first, back, body, place))
+        for instance, nodes, first, place in self.segments:
+            data.append(self.data_edges(instance, nodes, first, back, place))
             control.extend(self.control_edges(instance, nodes, first))
         data_dst, data_src, data_port = (np.concatenate([d[k] for d in data] or [_EMPTY]) for k in range(3))
         # Control inputs of a call node hold back the body ops that have no other predecessor.
@@ -231,24 +231,24 @@ class _Builder:
         tasks.instances = self.instances
         return renumber(tasks, self, (data_dst, data_src, data_port), (control_dst, control_src))
 
-    def data_edges(self, instance, nodes, first, back, body=None, place=0):
+    def data_edges(self, instance, nodes, first, back, place=False):
         """(dst, src, port) arrays of the data inputs of the tasks ``first``... made for ``nodes``, in order (from
-        ``place`` on in the view's body of function ``body`` if given)."""
-        if body is None:
+        ``place`` on in the main graph numbered by place, False if not)."""
+        if place is False:
             counts = list(map(len, map(attrgetter("inputs"), nodes)))
             m = sum(counts)
         else:
-            starts = self._first_inputs(body)[place : place + len(nodes) + 1]
+            starts = self._main_input_starts()[place : place + len(nodes) + 1]
             counts, m = np.diff(starts), int(starts[-1] - starts[0])
         if not m:
             return _EMPTY, _EMPTY, _EMPTY
         pairs = list(chain.from_iterable(map(attrgetter("inputs"), nodes)))
         ports = list(map(itemgetter(1), pairs))
-        if body is None:
+        if place is False:
             found = np.fromiter(map(self.index_of(instance).get, map(itemgetter(0), pairs), repeat(-1, m)), np.int64, m)
-        else:  # each source's place in the body, then its task (-1: an argument, read through the call)
-            places = np.frombuffer(self.view.input_sources[body], np.int32)[starts[0] : starts[-1]]
-            found = np.where(places >= 0, self.at[instance][places], -1)
+        else:  # each source's place in the graph, then its task
+            places = np.frombuffer(self.view.main_input_sources, np.int32)[starts[0] : starts[-1]]
+            found = np.where(places >= 0, self.places[places], -1)
         dst = np.repeat(np.arange(first, first + len(nodes), dtype=np.int64), counts)
         try:
             port = np.array(ports)
@@ -286,13 +286,12 @@ class _Builder:
         found[resolved] = resolved_task
         return dst[keep], found[keep], port[keep]
 
-    def _first_inputs(self, body):
-        """Per node of the view's body of function ``body``, where its data inputs start in input_sources."""
-        found = self.starts.get(body)
-        if found is None:
-            counts = np.fromiter(map(len, map(attrgetter("inputs"), self.view.bodies[body])), np.int64)
-            found = self.starts[body] = np.concatenate(([0], np.cumsum(counts)))
-        return found
+    def _main_input_starts(self):
+        """Per node of the main graph, where its data inputs start in the view's main_input_sources (made once)."""
+        if self.starts is None:
+            counts = np.fromiter(map(len, map(attrgetter("inputs"), self.view.bodies[MAIN])), np.int64)
+            self.starts = np.concatenate(([0], np.cumsum(counts)))
+        return self.starts
 
     def control_edges(self, instance, nodes, first):
         """(dst, src) arrays of the control edges of the tasks ``first``... made for ``nodes``."""
@@ -368,7 +367,7 @@ class _Builder:
 
 
 _EMPTY = np.zeros(0, np.int64)
-# A main graph this big numbers its edges by place (the view's input_sources). Function bodies, and smaller graphs,
+# A main graph this big numbers its edges by place (the view's main_input_sources). Function bodies, and smaller graphs,
 # look their sources up by key: a body reads its arguments through resolve, which needs the key -> task dict anyway,
 # and a few numpy calls per instance cost more than the lookups (a detector's 2,116 bodies by place: 154 -> 178 ms).
 _BY_PLACE = 4096

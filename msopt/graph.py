@@ -100,7 +100,7 @@ class GraphView:
         self.nodes = {}
         self.functions = {}
         self.bodies = {}  # function -> its real nodes, in the view's order (the main graph's first)
-        self.input_sources = {}  # function -> per data input of its body, the source's place in it (_add_graph)
+        self.main_input_sources = array("i")  # per data input of the main graph, its source's place (_add_graph)
         self._by_op = None  # (real nodes, op types, each node's op type code): made when first asked
         library = {f.signature.name: f for f in graph_def.library.function}
         # Found where the calls are read from every node's attributes (with a library; None without one, and then
@@ -143,9 +143,9 @@ class GraphView:
             position[key] = len(added)
             added.append(node)
         self.bodies[function] = added
-        # Per data input of the body, in order: its source's place in the body, -1 for an argument (msopt.flat
-        # numbers a run's edges from these instead of looking every source up by key).
-        self.input_sources[function] = sources = array("i")
+        # In the main graph, per data input in order: its source's place in the graph (msopt.flat numbers a large
+        # run's edges from these instead of looking every source up by key; function bodies are looked up by key).
+        main, sources = function == MAIN, self.main_input_sources
         for node in added:
             for ref in node.proto.input:
                 if ref.startswith("^"):
@@ -163,7 +163,8 @@ class GraphView:
                     pair = (source.key, port)
                     node.inputs.append(pairs.setdefault(pair, pair))
                     source.outputs.append(node.key)
-                    sources.append(at)
+                    if main:
+                        sources.append(at)
 
     def _called_functions(self, node_def, library, key):
         """The library functions ``node_def`` calls; on the way (reading the attributes is most of the cost), ``key``
