@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Optional, Union
 
+from msopt import output_guard
 from msopt.errors import InputError, VerifyFailed
-from msopt.outputs import check_parent
+from msopt.output_guard import Output, given
 from msopt.plan import (
     CostOptions,
     HostOptions,
@@ -97,6 +98,10 @@ def partition(
     if tolerance is not None and tolerance < 0:
         raise InputError(f"--tolerance must be at least 0, got {tolerance}")
     inputs = _path(inputs)
+    out = given("-o", output) or str(emit.default_output(model, streams))
+    report = given("--report", report)
+    written_paths = [Output("-o", out, "model"), report and Output("--report", report, "json")]
+    output_guard.check([model, inputs, costs, host_profile, rules], written_paths, force)
     say(f"loading {model}")
     loaded, view = open_model(model, tags)
     if inputs:
@@ -105,11 +110,6 @@ def partition(
         if not verify:
             raise InputError("--inputs feeds --verify: add --verify")
         read_signature_inputs(loaded, inputs)  # a bad file fails before anything is written
-    out = _path(output) or str(emit.default_output(model, streams))
-    emit.check_output(loaded, out, force)
-    report = _path(report)
-    if report:
-        check_parent(report)
     say(f"partitioning {len(view.nodes)} nodes with policy {policy}")
     options = PlanOptions(
         streams=streams,
@@ -204,6 +204,7 @@ def simulate(
     progress: Progress = None,
     concurrency: int | None = None,
     lanes: int | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Plan as `partition` would, then simulate one run on a GPU: `msopt simulate --json`. Writes no model.
 
@@ -222,6 +223,10 @@ def simulate(
             raise InputError(f"{name} must be at least 1, got {value}")
     model, rules = os.fspath(model), _path(rules)
     policy = resolve_policy(policy, rules)
+    timeline = given("--timeline", timeline)
+    output_guard.check(
+        [model, costs, host_profile, rules], [timeline and Output("--timeline", timeline, "json")], force
+    )
     say(f"loading {model}")
     loaded, view = open_model(model, tags)
     options = PlanOptions(
@@ -259,9 +264,8 @@ def simulate(
     if timeline:
         from msopt.timeline import chrome_trace
 
-        path = os.fspath(timeline)
-        _write_json(path, chrome_trace(result))
-        document["timeline"] = path
+        _write_json(timeline, chrome_trace(result))
+        document["timeline"] = timeline
     return document
 
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import re
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from msopt import output_guard
 from msopt.errors import InputError
-from msopt.outputs import check_parent
+from msopt.output_guard import Output, given
+from msopt.outputs import write_bytes
 
 FORMATS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot", ".html": "html", ".htm": "html"}
 INSTALL_DOT = (
@@ -38,6 +40,7 @@ def draw(
     tags: str | None = None,
     progress: Callable[[str], None] | None = None,
     warn: Callable[[str], None] | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Plan (as `msopt partition` would), simulate when the cost model can, and draw: the `msopt visualize --json` document.
 
@@ -51,11 +54,15 @@ def draw(
     from msopt.plan import CostOptions, ManualOptions, PlanOptions, StageOptions, make_plan
 
     started = time.perf_counter()
+    output, timeline = given("-o", output), given("--timeline", timeline)
     out = Path(output) if output else Path(f"{Path(model.rstrip('/')).stem or 'model'}.svg")
     fmt = FORMATS.get(out.suffix.lower())
     if fmt is None:
         raise InputError(f"{out}: unknown picture format '{out.suffix}'; use one of: {', '.join(sorted(set(FORMATS)))}")
-    check_parent(out)
+    written = [Output("-o", out, fmt), timeline and Output("--timeline", timeline, "json")]
+    if fmt != "dot" and shutil.which("dot") is None:  # the picture falls back to its .dot text
+        written.append(Output("-o (graphviz text, no dot found)", out.with_suffix(".dot"), "dot"))
+    output_guard.check([model, rules, costs], written, force)
     say(f"loading {model}")
     loaded, view = open_model(model, tags)
     ops, edges, sig = draw.signature_ops(loaded, view, signature)
@@ -189,10 +196,7 @@ def _count(n, noun):
 
 
 def _write_text(path, text):
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_bytes(path, text.encode("utf-8"))
 
 
 def _quiet(message):
@@ -201,6 +205,4 @@ def _quiet(message):
 
 def write_json(path, document):
     """Write a JSON file whole (replacing it in one step)."""
-    from msopt.outputs import write_bytes
-
     write_bytes(path, json.dumps(document, indent=2, default=str).encode())

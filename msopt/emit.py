@@ -8,8 +8,7 @@ not at all (built beside it, then swapped into place: see msopt.outputs).
 import shutil
 from pathlib import Path
 
-from msopt import outputs, protos
-from msopt.errors import InputError
+from msopt import output_guard, outputs, protos
 from msopt.graph import MAIN, STREAM_ATTR, node_key
 
 SKIPPED_FILES = {"saved_model.pb", "saved_model.pbtxt", "fingerprint.pb"}  # fingerprint would be stale
@@ -23,14 +22,9 @@ def default_output(model_path, streams):
     return path.with_name(f"{path.stem}_ms{streams}{path.suffix}")
 
 
-def check_output(model, out, force):
-    """Refuse outputs that would overwrite or sit inside the input, or exist without force."""
-    src, dst = Path(model.path).resolve(), Path(out).resolve()
-    if dst == src or (model.format == "saved_model" and src in dst.parents):
-        raise InputError(f"{out}: the output would overwrite the input model")
-    if dst.exists() and not force:
-        raise InputError(f"{out}: output already exists (use --force to replace it)")
-    outputs.check_parent(dst)
+def check_output(model, out, force, option="-o"):
+    """Refuse an output that msopt.output_guard refuses for the model ``model``: checked again right before writing."""
+    output_guard.check([model.path], [output_guard.Output(option, out, "model")], force)
 
 
 def device_name(device_type, stream):
@@ -177,7 +171,7 @@ def write(
 
 def _write_saved_model(model, saved, tmp):
     for item in Path(model.path).iterdir():
-        if item.name in SKIPPED_FILES:
+        if item.name in SKIPPED_FILES or item.name == output_guard.MARKER:
             continue
         target = tmp / item.name
         (shutil.copytree if item.is_dir() else shutil.copy2)(item, target)
@@ -186,3 +180,4 @@ def _write_saved_model(model, saved, tmp):
         protos.to_text(saved).encode() if model.text else saved.SerializeToString(deterministic=True)
     )  # map order fixed
     (tmp / name).write_bytes(data)
+    output_guard.mark(tmp)

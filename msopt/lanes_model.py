@@ -8,12 +8,14 @@ Beside it go the session configurations that create the K devices: TF Serving's 
 text and a note for Triton. This module imports TensorFlow: only ``partition --lanes`` reaches it.
 """
 
-import os
+import json
 from pathlib import Path
 
+from msopt import outputs
 from msopt.errors import InputError
 
-PLATFORM_CONFIG = """# TensorFlow Serving: tensorflow_model_server --platform_config_file=THIS_FILE --model_base_path=...
+PLATFORM_CONFIG = """# Written by msopt partition --lanes.
+# TensorFlow Serving: tensorflow_model_server --platform_config_file=THIS_FILE --model_base_path=...
 # The session config creates {lanes} {kind} devices for the {lanes} lanes of {model}.
 platform_configs {{
   key: "tensorflow"
@@ -31,7 +33,7 @@ platform_configs {{
 }}
 """
 
-TRITON_NOTE = """Triton Inference Server, TensorFlow backend: {lanes} lanes of {model}
+TRITON_NOTE = """Triton Inference Server, TensorFlow backend: {lanes} lanes of {model} (written by msopt partition --lanes)
 
 The TensorFlow backend documents no option for virtual GPUs today: its command-line options are
 --backend-config=tensorflow,allow-soft-placement=<bool>, gpu-memory-fraction=<float>, version=<int>,
@@ -58,11 +60,21 @@ def session_config_text(lanes, device_type, memory_mb=None):
     return f"gpu_options {{ experimental {{ virtual_devices {{ {limits} }} }} }}\nallow_soft_placement: true"
 
 
-def write_lanes_model(model, lanes, out, device_type="gpu", force=False, memory_mb=None):
-    """Write ``model`` (a msopt.load.Model, TF1 or TF2 SavedModel) as a K-lane SavedModel at ``out``; a report."""
-    from msopt.outputs import check_parent
+def write_lanes_model(model, lanes, out=None, device_type="gpu", force=False, memory_mb=None, tags=None, report=None):
+    """Write the SavedModel at ``model`` (TF1 or TF2) as a K-lane SavedModel at ``out`` (default ``<model>_lanes<K>``)
+    with TF Serving's platform config and a Triton note beside it; ``report`` (a path) gets the JSON report too."""
+    from msopt import output_guard
+    from msopt.load import load
+    from msopt.output_guard import Output, given
     from msopt.runner.tensorflow_runtime import error_line, import_tensorflow
 
+    out = Path(given("-o", out) or f"{str(model).rstrip('/')}_lanes{lanes}")
+    platform, triton = Path(f"{out}.platform_config.pbtxt"), Path(f"{out}.triton.txt")
+    report = given("--report", report)
+    written = [Output("-o", out, "model"), Output("-o (platform config)", platform, "text")]
+    written += [Output("-o (Triton note)", triton, "text"), report and Output("--report", report, "json")]
+    output_guard.check([model], written, force)
+    model = load(model, tags)
     if model.format != "saved_model":
         raise InputError(f"{model.path}: --lanes writes a SavedModel and needs one as input (given a {model.format})")
     refs = sorted(n.name for n in model.graph_def.node if n.op in ("VariableV2", "Variable"))
@@ -71,10 +83,6 @@ def write_lanes_model(model, lanes, out, device_type="gpu", force=False, memory_
             f"{model.path}: --lanes re-saves the model with TensorFlow 2, which cannot save reference variables "
             f"(VariableV2 '{refs[0]}' and {len(refs) - 1} more): convert the model to resource variables first"
         )
-    out = Path(out)
-    if out.exists() and not force:
-        raise InputError(f"{out}: exists (use --force to replace it)")
-    check_parent(out)
     tf = import_tensorflow()
     try:
         loaded = tf.saved_model.load(str(model.path), tags=list(model.tags))
@@ -88,28 +96,21 @@ def write_lanes_model(model, lanes, out, device_type="gpu", force=False, memory_
     spec = inner.structured_input_signature[1]
     devices = [f"/device:{device_type.upper()}:{k}" for k in range(lanes)]
     module = _module(tf, loaded, inner, spec, devices)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    try:
-        sigs = {"serving_default": module.serve.get_concrete_function()}
-        sigs.update({f"serving_lane_{k}": f.get_concrete_function() for k, f in enumerate(module.lane_functions)})
-        tf.saved_model.save(module, str(tmp), signatures=sigs)
-        _put(tmp, out, force)
-    except InputError:
-        raise
-    except Exception as e:
-        raise InputError(f"{model.path}: TensorFlow cannot write the lanes model: {error_line(e)}") from None
-    finally:
-        if tmp.exists():
-            import shutil
-
-            shutil.rmtree(tmp, ignore_errors=True)
+    with outputs.staged(out) as tmp:
+        try:
+            sigs = {"serving_default": module.serve.get_concrete_function()}
+            sigs.update({f"serving_lane_{k}": f.get_concrete_function() for k, f in enumerate(module.lane_functions)})
+            tf.saved_model.save(module, str(tmp), signatures=sigs)
+        except Exception as e:
+            raise InputError(f"{model.path}: TensorFlow cannot write the lanes model: {error_line(e)}") from None
+        output_guard.mark(tmp)
+        outputs.put(tmp, out, force)
     session = session_config_text(lanes, device_type, memory_mb)
-    platform = Path(f"{out}.platform_config.pbtxt")
     indented = "\n".join("            " + line for line in session.splitlines())
-    platform.write_text(PLATFORM_CONFIG.format(lanes=lanes, kind=device_type.upper(), model=out.name, session=indented))
-    triton = Path(f"{out}.triton.txt")
-    triton.write_text(TRITON_NOTE.format(lanes=lanes, model=out.name))
-    return {
+    config = PLATFORM_CONFIG.format(lanes=lanes, kind=device_type.upper(), model=out.name, session=indented)
+    outputs.write_bytes(platform, config.encode(), force)
+    outputs.write_bytes(triton, TRITON_NOTE.format(lanes=lanes, model=out.name).encode(), force)
+    document = {
         "input": str(model.path),
         "output": str(out),
         "lanes": lanes,
@@ -123,6 +124,9 @@ def write_lanes_model(model, lanes, out, device_type="gpu", force=False, memory_
         + tf.__version__
         + ", loaded back by the tests on logical CPU devices",
     }
+    if report:
+        outputs.write_bytes(report, json.dumps(document, indent=2).encode(), force)
+    return document
 
 
 def _module(tf, loaded, inner, spec, devices):
@@ -164,13 +168,3 @@ def _module(tf, loaded, inner, spec, devices):
             return tf.switch_case(lane, [branch(d) for d in devices])
 
     return Lanes()
-
-
-def _put(tmp, out, force):
-    import shutil
-
-    if out.exists():
-        if not force:
-            raise InputError(f"{out}: exists (use --force to replace it)")
-        shutil.rmtree(out) if out.is_dir() else out.unlink()
-    os.replace(tmp, out)

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from msopt.errors import InputError
+from msopt.output_guard import refuse_special
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
@@ -100,6 +101,7 @@ def check_parent(out):
 def staged(out):
     """A fresh path beside ``out`` (same directory, same name) to build the output in; removed on exit."""
     out = Path(out)
+    refuse_special(out)  # again at write time: a writer may be reached without a command's checks
     check_parent(out)
     clean_stale(out)
     try:

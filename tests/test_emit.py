@@ -68,20 +68,32 @@ def test_default_output_name(tmp_path):
 def test_existing_output_needs_force_and_force_replaces(sample, tmp_path):
     model = load(sample("linreg_tf1"))
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "old").write_text("old")
+    emit.write(model, {"X": 1}, out)
     with pytest.raises(InputError, match="already exists"):
         emit.write(model, {}, out)
-    assert (out / "old").exists()
+    assert "_stream_id" in (out / "saved_model.pb").read_bytes().decode("latin-1")
     emit.write(model, {}, out, force=True)
-    assert not (out / "old").exists() and (out / "saved_model.pb").exists()
+    assert "_stream_id" not in (out / "saved_model.pb").read_bytes().decode("latin-1")
+
+
+def test_force_keeps_a_folder_msopt_did_not_write(sample, tmp_path):
+    model = load(sample("linreg_tf1"))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old").write_text("old")
+    with pytest.raises(InputError, match="a folder msopt did not write"):
+        emit.write(model, {}, out, force=True)
+    assert (out / "old").read_text() == "old"
+    (out / "old").unlink()  # an empty folder holds nothing to lose
+    emit.write(model, {}, out, force=True)
+    assert (out / "saved_model.pb").exists()
 
 
 def test_output_inside_or_equal_to_input_is_refused(sample):
     src = sample("linreg_tf1")
     model = load(src)
     for bad in (src, src / "sub"):
-        with pytest.raises(InputError, match="overwrite the input"):
+        with pytest.raises(InputError, match="overwrite the input|inside the input"):
             emit.write(model, {}, bad, force=True)
 
 

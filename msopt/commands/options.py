@@ -52,6 +52,12 @@ BOUNDARY = click.option(
     help="--policy stage: the stage is everything upstream of these tensors (repeatable; default: found).",
 )
 OVERRIDE = click.option("--override", is_flag=True, help="Rules win over _stream_id attributes already on the nodes.")
+FORCE = click.option(
+    "--force",
+    is_flag=True,
+    help="Replace existing outputs, where msopt wrote them (see docs/guide.md: never an input, a folder holding one, "
+    "or a file of another kind).",
+)
 TIMELINE = click.option(
     "--timeline",
     type=click.Path(dir_okay=False),

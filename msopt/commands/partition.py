@@ -49,7 +49,7 @@ Example:
     help="Device kind named by --placement device (/device:GPU:k or /device:CPU:k).",
 )
 @click.option("-o", "--output", default=None, help="Where to write the model (default: <input>_ms<N> beside it).")
-@click.option("--force", is_flag=True, help="Replace an existing output.")
+@opt.FORCE
 @click.option("--report", type=click.Path(dir_okay=False), default=None, help="Write the JSON report to this file.")
 @click.option(
     "--verify",
@@ -119,18 +119,13 @@ def partition(
     from msopt import api
 
     if lanes is not None:
-        from msopt.load import load
-
         if verify:
             from msopt.errors import InputError
 
             raise InputError("--lanes writes its own model: check it with msopt run --compare-to, not --verify")
         from msopt.lanes_model import write_lanes_model
 
-        loaded = load(model, tags)
-        document = write_lanes_model(
-            loaded, lanes, output or f"{str(model).rstrip('/')}_lanes{lanes}", device_type, force
-        )
+        document = write_lanes_model(model, lanes, output, device_type, force, tags=tags, report=report)
         if as_json:
             print_json(document)
         else:

@@ -199,6 +199,7 @@ from msopt.errors import CheckFailed
 @click.option("--worker-config", type=click.Path(dir_okay=False), default=None, hidden=True)
 @click.option("--worker-barrier", default=None, hidden=True)
 @click.option("--worker-replicas", type=click.IntRange(1), default=1, hidden=True)
+@opt.FORCE
 @TAGS
 @JSON
 def run(
@@ -240,6 +241,7 @@ def run(
     worker_config,
     worker_barrier,
     worker_replicas,
+    force,
     tags,
     as_json,
 ):

@@ -32,6 +32,7 @@ from msopt.uncertainty import describe
 @opt.lanes("Lanes for --concurrency: request i runs on lane i mod K, a virtual GPU of --streams streams (default 1).")
 @opt.SIGNATURE
 @opt.TIMELINE
+@opt.FORCE
 @opt.BOUNDARY
 @opt.rules()
 @opt.OVERRIDE
@@ -51,6 +52,7 @@ def simulate(
     lanes,
     signature,
     timeline,
+    force,
     boundary,
     rules,
     override,
@@ -104,6 +106,7 @@ def simulate(
         progress=progress,
         concurrency=concurrency,
         lanes=lanes,
+        force=force,
     )
     if as_json:
         print_json(document)

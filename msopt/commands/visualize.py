@@ -47,6 +47,7 @@ Example:
 @opt.BATCH_SIZE
 @opt.COSTS
 @opt.TIMELINE
+@opt.FORCE
 @opt.BOUNDARY
 @opt.TAGS
 @opt.JSON
@@ -64,6 +65,7 @@ def visualize(
     batch_size,
     costs,
     timeline,
+    force,
     boundary,
     tags,
     as_json,
@@ -102,6 +104,7 @@ def visualize(
         tags,
         progress=progress,
         warn=lambda note: click.echo(f"msopt: {note}", err=True),
+        force=force,
     )
     for note in document["notes"]:
         click.echo(f"msopt: {note}", err=True)

@@ -65,6 +65,7 @@ class RunConfig:
     compare_layouts: bool = False  # --replicas R against --lanes K at the same load, one report
     worker_barrier: Optional[str] = None  # set in a replica worker: the directory its start barrier lives in
     worker_replicas: int = 1  # in a replica worker: the processes sharing each GPU
+    force: bool = False  # replace existing outputs (--save-outputs, --trace, --profile) that msopt wrote
 
     @property
     def uses_lanes(self):

@@ -25,6 +25,7 @@ def run_model(config, progress=lambda message: None):
         from msopt.runner.replicas import serve_as_worker
 
         serve_as_worker(config.worker_barrier)
+    _check_paths(config)
     if config.hosts and config.launcher != "mpirun":
         raise InputError("--hosts applies with --launcher mpirun")
     if config.launcher == "mpirun":
@@ -207,8 +208,24 @@ def _compare(runner, path, tags, name, feeds, got, progress):
     return {"model": path, "records": len(feeds), "ok": identical, "max_abs_diff": worst}
 
 
+def _check_paths(config):
+    """Every path the run writes, checked against what it reads before anything runs (msopt.output_guard)."""
+    from msopt.output_guard import Output, check
+
+    written = (
+        ("--save-outputs", config.save_outputs, "npz"),
+        ("--trace", config.trace_path, "json"),
+        ("--profile", config.profile_path, "json"),
+    )
+    reads = (config.model, config.inputs_npz, config.compare_to)
+    check(reads, [Output(*row) for row in written if row[1] is not None], config.force)
+
+
 def _save(path, outputs):
+    from msopt.outputs import put, staged
+
     arrays = {k: np.stack([o[k] for o in outputs]) for k in outputs[0]}
-    tmp = f"{path}.tmp-{os.getpid()}.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    with staged(path) as built:  # np.savez writes to a file object: built whole, then put in place
+        with open(built, "wb") as f:
+            np.savez(f, **arrays)
+        put(built, path, force=True)  # msopt.output_guard decided before the run

@@ -11,8 +11,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from msopt import output_guard
 from msopt.errors import CheckFailed, InputError
-from msopt.outputs import check_parent
+from msopt.output_guard import Output
 
 PROFILE_STEPS = 3  # fully traced steps behind the costs file
 
@@ -20,22 +21,24 @@ PROFILE_STEPS = 3  # fully traced steps behind the costs file
 def tune(config, progress=lambda message: None, bar=None):
     """Run ``config`` (a msopt.tune.config.TuneConfig); returns the report. ``bar(length)``, when given, returns a
     progress bar (a context manager with ``update(n)``) for the measuring rounds, or None."""
-    from msopt import emit
     from msopt.load import open_model
 
     started = time.perf_counter()
     config.check()
+    for option, value in (("-o", config.output), ("--costs-output", config.costs_output), ("--report", config.report)):
+        output_guard.given(option, value)  # made absolute, an empty path would name the current folder
     config = config.with_absolute_paths()  # each runner works in a directory of its own
     deadline = started + config.budget if config.budget is not None else None
-    model, view = open_model(config.model, config.tags)
-    emit.check_output(model, config.output, config.force)
-    for path in (config.costs_path, config.report_path, config.host_profile_path):
-        check_parent(path)
-        if os.path.exists(path) and not config.force:
-            raise InputError(f"{path}: output already exists (use --force to replace it)")
     for path in config.rules:
         if not os.path.isfile(path):
             raise InputError(f"{path}: rules file not found")
+    written = [Output("-o", config.output, "model"), Output("--costs-output", config.costs_path, "json")]
+    written += [
+        Output("--report", config.report_path, "json"),
+        Output("-o (host profile)", config.host_profile_path, "json"),
+    ]
+    output_guard.check([config.model, *config.rules], written, config.force)  # before any work
+    model, view = open_model(config.model, config.tags)
     os.environ.setdefault("TF_CUDNN_USE_AUTOTUNE", "0")  # a bitwise check on a GPU needs fixed cuDNN algorithms
     with contextlib.ExitStack() as stack:
         work = Path(tempfile.mkdtemp(prefix="msopt-tune-"))

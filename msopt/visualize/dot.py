@@ -1,7 +1,6 @@
 """The DOT picture of folded boxes (built and rendered with the graphviz package), its colours and legend."""
 
 import math
-import os
 from collections import Counter
 
 import graphviz
@@ -223,8 +222,7 @@ def render(dot_text, fmt, out=None):
         raise RuntimeError(f"dot -T{fmt} failed: {detail[0] if detail else e.returncode}") from None
     if out is None:
         return data
-    tmp = f"{out}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, out)
+    from msopt.outputs import write_bytes
+
+    write_bytes(out, data)
     return None
