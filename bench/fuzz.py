@@ -1,6 +1,9 @@
 """Run the fuzz property of tests/test_fuzz.py over many variants (default 10,000) and print the counts.
 
-python bench/fuzz.py [--count N] [--seed S]
+python bench/fuzz.py [--count N] [--seed S] [--surfaces]
+
+--surfaces also points output options at the model, inside it, at its folder and above, at FIFOs, through
+``..`` and symlinks, with and without --force, and passes hostile --costs/--host-profile files.
 """
 
 import argparse
@@ -18,6 +21,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--surfaces", action="store_true", help="hostile output paths and side files too")
     args = parser.parse_args()
     last = [time.perf_counter()]
 
@@ -27,12 +31,14 @@ def main():
             print(f"  {done:,} variants: {dict(sorted(codes.items(), key=str))}", file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory(prefix="msopt-fuzz-") as tmp:
-        codes, problems, seconds, kinds = fuzzing.run(args.count, args.seed, tmp, progress)
+        codes, problems, seconds, kinds = fuzzing.run(args.count, args.seed, tmp, progress, args.surfaces)
     print(
         f"fuzz: {args.count:,} variants, seed {args.seed}, {seconds:.0f} s ({seconds / args.count * 1000:.0f} ms each)"
     )
     for code, n in sorted(codes.items(), key=str):
         print(f"  exit {code}: {n:,}")
+    seconds_one, argv = fuzzing.run.slowest
+    print(f"  slowest: {seconds_one:.2f} s: msopt {' '.join(argv)}")
     print("  most frequent refusals (exit 2):")
     for kind, n in kinds.most_common(15):
         print(f"    {n:6,}  {kind}")

@@ -6,6 +6,7 @@ simulate, visualize to .dot); the property: exit 0 or 2, exactly one ``msopt: er
 """
 
 import hashlib
+import os
 import random
 import re
 import shutil
@@ -28,6 +29,84 @@ RULES = [
     "rules: [",
     "rules:\n  - match: '('\n    stream: 1\n",
 ]
+
+
+HOSTILE_SIDE_FILES = [  # --costs / --host-profile contents a hostile or unlucky user may pass
+    '{"unit": "us", "ops": {"x": 1e308}}',
+    '{"unit": ["us"], "ops": {}}',
+    '{"unit": {"a": 1}, "ops": {}}',
+    '{"unit": "us", "ops": {"x": NaN}}',
+    '{"launch_us": ' + "9" * 5000 + "}",
+    '{"launch_us": Infinity}',
+    '{"launch_contention": {"value": 0.2, "range": [0.3, 0.1]}}',
+    "[" * 100_000,
+    "",
+]
+
+
+# -- the surfaces around the model: the paths a command writes and the side files it reads ----------
+def hostile_path(rng, model, where):
+    """A path an output option may be pointed at: the model, inside it, its folder or above, a FIFO, spelled
+    through ``..`` or a symlink, or an empty string; else an ordinary new file beside the model."""
+    kind = rng.choice(["model", "inside", "folder", "above", "fifo", "dots", "link", "empty", "plain"])
+    if kind == "model":
+        return model
+    if kind == "inside":
+        return model / "saved_model.pb" if model.is_dir() else model / "x.json"
+    if kind == "folder":
+        return where
+    if kind == "above":
+        return where.parent
+    if kind == "fifo":
+        fifo = where / "fifo"
+        if not fifo.exists():
+            os.mkfifo(fifo)
+        return fifo
+    if kind == "dots":
+        return f"{where}/../{where.name}/{model.name}"
+    if kind == "link":
+        link = where / "link"
+        if not link.exists():
+            link.symlink_to(where, target_is_directory=True)
+        return link / model.name
+    if kind == "empty":
+        return ""
+    return where / "report.json"
+
+
+def hostile_side_file(rng, where):
+    """A --costs or --host-profile file: hostile JSON, a symlink to /dev/zero, or a FIFO."""
+    kind = rng.randrange(len(HOSTILE_SIDE_FILES) + 2)
+    path = where / f"side{kind}.json"
+    if path.exists() or path.is_symlink():
+        return path
+    if kind == len(HOSTILE_SIDE_FILES):
+        path.symlink_to("/dev/zero")
+    elif kind == len(HOSTILE_SIDE_FILES) + 1:
+        os.mkfifo(path)
+    else:
+        path.write_text(HOSTILE_SIDE_FILES[kind])
+    return path
+
+
+def with_surfaces(rng, args, model, where):
+    """``args`` with, now and then, an output option pointed somewhere hostile (with or without --force) and a
+    hostile side file: the model and everything beside it must stay as they were."""
+    command = args[0]
+    if command != "inspect" and rng.randrange(3) == 0:
+        options = {"partition": ["-o", "--report"], "simulate": ["--timeline"], "visualize": ["-o", "--timeline"]}
+        option = rng.choice(options[command])
+        target = hostile_path(rng, model, where)
+        if option == "-o" and "-o" in args:
+            args = list(args)
+            args[args.index("-o") + 1] = target
+        else:
+            args = [*args, option, target]
+        if rng.randrange(2):
+            args.append("--force")
+    if command in ("partition", "simulate") and rng.randrange(6) == 0:
+        args = [*args, rng.choice(["--costs", "--host-profile"]), hostile_side_file(rng, where)]
+    return args
 
 
 # -- the property ----------------------------------------------------------------------------------
@@ -114,8 +193,10 @@ def check(args, model, where):
         return code, f"exit 2 with {len(errors)} stderr lines: {errors[:3]}"
     if digest(model) != before:
         return code, "the input changed"
+    if not where.is_dir() or entries - {p.name for p in where.iterdir()}:
+        return code, "an entry beside the input was deleted"
     after = {p.name for p in where.iterdir()} - entries
-    expected = {"out", "out.dot"} & after if code == 0 else set()
+    expected = {"out", "out.dot", "report.json"} & after if code == 0 else set()
     if after != expected:
         return code, f"stray or partial output: {sorted(after - expected)}"
     if code == 0 and args[0] == "partition":
@@ -134,12 +215,13 @@ def error_kind(line):
     return " ".join(text.split()[:7])
 
 
-def run(count, seed, workdir, progress=None):
-    """Run ``count`` variants; returns (Counter of exit codes, [(index, description, args, problem)], seconds,
+def run(count, seed, workdir, progress=None, surfaces=False):
+    """Run ``count`` variants (``surfaces``: with hostile output paths and side files too); returns (Counter of exit codes, [(index, description, args, problem)], seconds,
     Counter of refusal kinds)."""
     rng = random.Random(seed)
     seeds = [Seed(name) for name, _ in SEEDS]
     codes, problems, kinds = Counter(), [], Counter()
+    run.slowest = (0.0, [])  # (seconds, command line) of the slowest variant
     started = time.perf_counter()
     for i in range(count):
         where = Path(workdir) / f"v{i}"
@@ -147,8 +229,12 @@ def run(count, seed, workdir, progress=None):
         sample, data, description = make_variant(rng, seeds)
         model = sample.write(data, where)
         args = command_for(rng, model, where)
+        if surfaces:
+            args = with_surfaces(rng, args, model, where)
         check.last_error = None
+        one = time.perf_counter()
         code, problem = check(args, model, where)
+        run.slowest = max(run.slowest, (time.perf_counter() - one, [str(a) for a in args]))
         codes[code] += 1
         if check.last_error:
             kinds[error_kind(check.last_error)] += 1

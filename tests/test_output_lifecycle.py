@@ -129,11 +129,12 @@ def test_failed_verify_leaves_no_model_at_the_output(tmp_path):
 def test_failed_verify_keeps_the_output_already_there(tmp_path):
     model = noisy_graph(tmp_path)
     out = tmp_path / "out.pbtxt"
-    out.write_text("the verified model of yesterday")
+    yesterday = (SAMPLES / "linreg_frozen.pbtxt").read_text() + "# the verified model of yesterday\n"
+    out.write_text(yesterday)  # --force replaces only a model: what msopt wrote there
     result = run_msopt("partition", model, "-n", 2, "--policy", "none", "-o", out, "--force", "--verify", "--json")
     assert result.returncode == 1, result.stderr
     assert json.loads(result.stdout)["output"] is None
-    assert out.read_text() == "the verified model of yesterday" and siblings(out) == []
+    assert out.read_text() == yesterday and siblings(out) == []
 
 
 def test_verify_keeps_tensorflow_log_lines_off_stderr(tmp_path):
