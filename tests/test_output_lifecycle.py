@@ -16,6 +16,7 @@ from conftest import SAMPLES, run_msopt
 from msopt import outputs, protos
 from msopt.errors import InputError
 from msopt.load import load
+from msopt.output_guard import MARKER
 
 pytestmark = pytest.mark.tf
 
@@ -296,7 +297,7 @@ def test_concurrent_force_writes_in_threads_never_fail(tmp_path):
 
 
 def assert_complete(out, src):
-    names = {p.relative_to(src) for p in src.rglob("*")} - {Path("fingerprint.pb")}
+    names = {p.relative_to(src) for p in src.rglob("*")} - {Path("fingerprint.pb")} | {Path(MARKER)}
     assert {p.relative_to(out) for p in out.rglob("*")} == names
     load(out)
 
