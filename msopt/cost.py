@@ -14,8 +14,6 @@ take no time. Measured times from a costs file replace the standalone time of th
 """
 
 import copy
-import json
-import math
 from itertools import chain, repeat
 from operator import itemgetter
 
@@ -40,6 +38,7 @@ from msopt.kernels import (  # noqa: F401  (re-exported: callers import the mode
     roofline,
 )
 from msopt.op_tables import BACK_EDGE_OPS, CALL_OPS, NEUTRAL_OPS, NO_KERNEL_OPS, OUTPUT_ARGS  # noqa: F401
+from msopt.reading import MAX_COSTS_BYTES, read_json
 from msopt.shapes import infer_shapes
 from msopt.targets import DEFAULT_TARGET, TARGETS, Target  # noqa: F401
 
@@ -58,37 +57,45 @@ __all__ = [
     "DTYPE_BYTES",
 ]
 
+# A measured time per op: 1000 s. A million such ops sum to 1e15 us, where a float still resolves 1/8 us, so the
+# simulator's clock keeps advancing (at 1e308 us per op it saturated and stalled).
+MAX_OP_US = 1e9
+
 
 def load_costs(path):
-    """Read a measured costs file: {"unit": "us"|"ms"|"s"|"ns", "ops": {node key: time}} -> {key: microseconds}."""
+    """Read a measured costs file: {"unit": "us"|"ms"|"s"|"ns", "ops": {node key: time}} -> {key: microseconds}.
+
+    The file is read through msopt.reading (a regular file of at most MAX_COSTS_BYTES, no NaN, no huge
+    integers); every time is a finite number in [0, MAX_OP_US] once in microseconds.
+    """
     scale = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3}
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read costs file: {e.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: costs file is not JSON text: {e}") from None
-    except RecursionError:
-        raise InputError(f"{path}: costs file nests too deep") from None
+    rule = f"times are non-negative numbers of at most {MAX_OP_US:g} us ({MAX_OP_US / 1e6:g} s) per op"
+    doc = read_json(path, "costs file", MAX_COSTS_BYTES, field=_costs_field, numbers=rule)
     if not isinstance(doc, dict) or not isinstance(doc.get("ops"), dict):
         raise InputError(f'{path}: a costs file is {{"unit": "us", "ops": {{"<node key>": <time>, ...}}}}')
     unit = doc.get("unit", "us")
-    if unit not in scale:
-        raise InputError(f"{path}: unknown unit '{unit}'; use one of: {', '.join(scale)}")
+    if not isinstance(unit, str) or unit not in scale:
+        shown = {list: "a JSON array", dict: "a JSON object"}.get(type(unit), repr(unit))
+        raise InputError(f"{path}: unknown unit {shown}; the unit is one of the strings: {', '.join(scale)}")
     times = {}
     for key, value in doc["ops"].items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value < 0:
-            raise InputError(f"{path}: op '{key}' has time {value!r}; times are non-negative numbers")
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not 0 <= value * scale[unit] <= MAX_OP_US:
+            raise InputError(f"{path}: op '{key}' has time {_shown(value)} {unit}; {rule}")
         times[key] = value * scale[unit]
     return times
 
 
-def _finite(value):
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an integer beyond any float
-        return False
+def _costs_field(keys):
+    """How a refused number in a costs file is named: an op's time, else the keys leading to it."""
+    if len(keys) == 2 and keys[0] == "ops":
+        return f"op '{keys[1]}' has time"
+    return None
+
+
+def _shown(value):
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:30]}... (a {type(value).__name__})"
 
 
 class CostModel:

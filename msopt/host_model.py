@@ -17,11 +17,11 @@ dimensions whose corners the simulator evaluates. ``load_host_profile`` reads a 
 figures a user measured, which replace the defaults (and, unless a range is given, pin them).
 """
 
-import json
 import math
 from dataclasses import dataclass
 
 from msopt.errors import InputError
+from msopt.reading import MAX_HOST_PROFILE_BYTES, read_json
 
 # Point values shared by every target; launch_threads differs per target (below).
 DEFAULTS = {
@@ -147,16 +147,12 @@ def host_settings(target):
 
 
 def load_host_profile(path):
-    """Read a host profile: {"<field>": value | {"value": v, "range": [lo, hi]}, ...} -> HostProfile."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read host profile: {e.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: host profile is not JSON text: {e}") from None
-    except RecursionError:
-        raise InputError(f"{path}: host profile nests too deep") from None
+    """Read a host profile: {"<field>": value | {"value": v, "range": [lo, hi]}, ...} -> HostProfile.
+
+    Read through msopt.reading: a regular file of at most MAX_HOST_PROFILE_BYTES whose numbers are finite and
+    whose integers fit 64 bits (else one error naming the field); every value is then checked against FIELDS.
+    """
+    doc = read_json(path, "host profile", MAX_HOST_PROFILE_BYTES, field=_profile_field, numbers=NUMBERS)
     if not isinstance(doc, dict) or not doc:
         raise InputError(f'{path}: a host profile is a JSON object, e.g. {{"launch_us": 2.5, "op_overhead_us": 4}}')
     values, ranges = {}, {}
@@ -175,6 +171,17 @@ def load_host_profile(path):
         else:
             values[name] = _check(path, name, entry)
     return HostProfile(tuple(sorted(values.items())), tuple(sorted(ranges.items())))
+
+
+NUMBERS = "host profile values are finite numbers within each field's range (integers of at most 19 digits)"
+
+
+def _profile_field(keys):
+    """How a refused number in a host profile is named: 'launch_us', 'launch_us'.value, 'launch_us'.range[0]."""
+    if not keys or not isinstance(keys[0], str):
+        return None
+    rest = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys[1:])
+    return f"'{keys[0]}'{rest} is"
 
 
 def _check(path, name, value):

@@ -2,16 +2,28 @@
 
 One generator serves ``partition --verify``, ``run`` and the tests. Generated values follow the
 graph (msopt.input_needs): ids stay below the row count of the tables they index, control-flow
-predicates are scalars, strings take the form their parsers expect. An .npz file is data only:
-it is opened without pickle support and only the arrays the signature needs are read.
+predicates are scalars, strings take the form their parsers expect. An .npz file is data only: it
+is read without pickle support, only the arrays the signature needs are read, and each one's header is
+checked against msopt.reading's limits before any array is decompressed.
 """
 
+import math
+import os
+import struct
 import zipfile
 import zlib
 
 import numpy as np
 
 from msopt.errors import InputError
+from msopt.reading import (
+    MAX_NPY_HEADER_BYTES,
+    MAX_NPZ_DATA_BYTES,
+    MAX_NPZ_DIRECTORY_BYTES,
+    MAX_NPZ_FILE_BYTES,
+    open_regular,
+    size_text,
+)
 
 NUMPY_DTYPES = {
     "float": np.float32,
@@ -32,6 +44,9 @@ NUMPY_DTYPES = {
 DEFAULT_ID_BOUND = 10  # integers the graph does not bound: small, so valid as ids of small tables
 TOKENS = np.array([b"a", b"bc", b"zz", b"x1", b"q", b"id7", b""], dtype=object)
 CSV_FIELDS = {1: "0.5", 2: "0.25", 3: "3", 9: "7", 7: "ab", 10: "1"}  # DataType -> a field value it parses
+STRING_OBJECT_BYTES = 64  # what a string element costs besides its width once it is a Python bytes object
+READ_STEP = 1 << 20  # an array is decompressed into place this many bytes at a time
+_END, _MAX_COMMENT = 22, 65535  # a zip's end record, and the longest comment that may follow it
 
 
 class InputGenerator:
@@ -129,34 +144,185 @@ def _example(features, rng):
 def read_npz(path, inputs):
     """One batch from an .npz file, every input present with the signature's dtype and shape.
 
-    The file is data, never code: no pickle, and only the arrays the signature needs are read.
+    The file is data, never code: no pickle, and only the arrays the signature needs are read (see
+    _read_batches for the bounds).
     """
-    try:
-        data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise InputError(f"{path}: cannot read inputs: not an .npz file ({_reason(e)})") from None
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise InputError(f"{path}: cannot read inputs: a single .npy array, not an .npz file of named arrays")
-    with data:
-        missing = sorted(set(inputs) - set(data.files))
-        if missing:
-            raise InputError(
-                f"{path}: no array for input '{missing[0]}' (the signature needs: {', '.join(sorted(inputs))})"
-            )
-        arrays = {}
-        for key in sorted(inputs):
-            try:
-                arrays[key] = data[key]
-            except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
-                raise InputError(f"{path}: cannot read input '{key}': {_reason(e)}") from None
-    return {key: check_input(key, inputs[key], arrays[key]) for key in sorted(inputs)}
+    return _read_batches(path, {None: inputs})[None]
 
 
 def read_signature_inputs(model, path):
     """{signature: batch} from one .npz for every signature a model declares (no TensorFlow needed)."""
     from msopt.contents import signatures
 
-    return {name: read_npz(path, spec["inputs"]) for name, spec in signatures(model).items()}
+    return _read_batches(path, {name: spec["inputs"] for name, spec in signatures(model).items()})
+
+
+def _read_batches(path, specs):
+    """{name: batch} for each signature's inputs ({name: {key: spec}}), every array read once.
+
+    Bounded reading (msopt.reading's limits): a regular file of at most MAX_NPZ_FILE_BYTES whose zip
+    directory is at most MAX_NPZ_DIRECTORY_BYTES (parsed whole by zipfile), members stored or deflated (what
+    np.savez and np.savez_compressed write). Before any array is decompressed, each needed member's .npy
+    header is read and checked: no Python objects, the signature's dtype and shape, and the declared sizes
+    of them all (a string element counted with the bytes object it becomes) at most MAX_NPZ_DATA_BYTES.
+    """
+    with open_regular(path, "inputs file", MAX_NPZ_FILE_BYTES) as f:
+        archive = _open_zip(f, path)
+        with archive:
+            members = _members(archive)
+            wanted = sorted({key for inputs in specs.values() for key in inputs})
+            for inputs in specs.values():
+                missing = sorted(set(inputs) - set(members))
+                if missing:
+                    raise InputError(
+                        f"{path}: no array for input '{missing[0]}' (the signature needs: {', '.join(sorted(inputs))})"
+                    )
+            headers, total = {}, 0
+            for key in wanted:  # every header checked before any array is read
+                headers[key] = _header(archive, members[key], path, key)
+                dtype, shape = headers[key][:2]
+                for inputs in specs.values():
+                    if key in inputs:
+                        try:
+                            _check_kind(key, inputs[key], dtype, shape)
+                        except InputError as e:
+                            raise InputError(f"{path}: {e}") from None
+                total += _cost(dtype, shape)
+                if total > MAX_NPZ_DATA_BYTES:
+                    raise InputError(
+                        f"{path}: input '{key}' ({members[key].filename}: {dtype} {list(shape)}) takes the arrays "
+                        f"read to over {size_text(MAX_NPZ_DATA_BYTES)} decompressed; msopt reads at most that "
+                        f"from an inputs file"
+                    )
+            arrays = {key: _data(archive, members[key], headers[key], path, key) for key in wanted}
+    return {
+        name: {key: check_input(key, inputs[key], arrays[key]) for key in sorted(inputs)}
+        for name, inputs in specs.items()
+    }
+
+
+def _open_zip(f, path):
+    """``f`` as a zip archive, once its end record shows a directory of at most MAX_NPZ_DIRECTORY_BYTES."""
+    try:
+        head = f.read(6)
+        if head == b"\x93NUMPY":
+            raise InputError(f"{path}: cannot read inputs: a single .npy array, not an .npz file of named arrays")
+        size = f.seek(0, os.SEEK_END)
+        directory = _directory_size(f, size)
+        if directory is None:
+            why = "it is empty" if size == 0 else "no zip directory at its end"
+            raise InputError(f"{path}: cannot read inputs: not an .npz (zip) file ({why})")
+        if directory > MAX_NPZ_DIRECTORY_BYTES:
+            raise InputError(
+                f"{path}: cannot read inputs: its zip directory is {directory:,} bytes; msopt reads at most "
+                f"{size_text(MAX_NPZ_DIRECTORY_BYTES)} (fewer named arrays)"
+            )
+        f.seek(0)
+        return zipfile.ZipFile(f)
+    except (OSError, ValueError, EOFError, struct.error, zipfile.BadZipFile) as e:
+        raise InputError(f"{path}: cannot read inputs: not an .npz (zip) file ({_reason(e)})") from None
+
+
+def _directory_size(f, size):
+    """The size of the zip directory that zipfile will read whole (its end record, or the zip64 one), or None."""
+    tail = min(size, _END + _MAX_COMMENT)
+    f.seek(size - tail)
+    data = f.read(tail)
+    at = len(data) - _END
+    if not (at >= 0 and data[at : at + 4] == b"PK\x05\x06" and data[-2:] == b"\0\0"):  # as zipfile looks
+        at = data.rfind(b"PK\x05\x06")
+        if at < 0 or len(data) - at < _END:
+            return None
+    (directory,) = struct.unpack_from("<I", data, at + 12)
+    end = size - tail + at
+    if end >= 20 + 56:  # a zip64 locator just before the end record points zipfile at the zip64 end record
+        f.seek(end - 20 - 56)
+        record = f.read(56 + 20)
+        if record[56:60] == b"PK\x06\x07" and record[:4] == b"PK\x06\x06":
+            (directory,) = struct.unpack_from("<Q", record, 40)
+    return directory
+
+
+def _members(archive):
+    """{key: ZipInfo} as np.load names them: "X.npy" is key "X", a member named exactly "X" wins."""
+    members = {}
+    for info in archive.infolist():
+        if info.filename.endswith(".npy"):
+            members[info.filename[:-4]] = archive.getinfo(info.filename)
+    for info in archive.infolist():
+        members[info.filename] = archive.getinfo(info.filename)
+    return members
+
+
+def _header(archive, info, path, key):
+    """(dtype, shape, fortran_order, header bytes) of a member, read from its first bytes only."""
+    where = f"{path}: input '{key}' ({info.filename})"
+    if info.flag_bits & 0x1:
+        raise InputError(f"{where} is encrypted")
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise InputError(
+            f"{where} is compressed with zip method {info.compress_type}; msopt reads stored or deflated "
+            f"members (np.savez, np.savez_compressed)"
+        )
+    if info.file_size > MAX_NPZ_DATA_BYTES + MAX_NPY_HEADER_BYTES:
+        raise InputError(
+            f"{where} declares {info.file_size:,} bytes decompressed; msopt reads at most "
+            f"{size_text(MAX_NPZ_DATA_BYTES)} from an inputs file"
+        )
+    try:
+        with archive.open(info) as member:
+            version = np.lib.format.read_magic(member)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(member, MAX_NPY_HEADER_BYTES)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(member, MAX_NPY_HEADER_BYTES)
+            else:
+                raise ValueError(f".npy format version {version[0]}.{version[1]} (structured field names)")
+            offset = member.tell()
+    except (OSError, ValueError, EOFError, SyntaxError, zipfile.BadZipFile, zlib.error, RuntimeError) as e:
+        raise InputError(f"{where} is not a readable .npy array: {_reason(e)}") from None
+    if dtype.hasobject:
+        raise InputError(f"{where} holds Python objects (pickled data); msopt reads plain arrays only")
+    if any(d < 0 for d in shape):
+        raise InputError(f"{where} has a negative dimension in its shape {list(shape)}")
+    cost = _cost(dtype, shape)  # exact: Python integers cannot overflow
+    if cost > MAX_NPZ_DATA_BYTES:
+        raise InputError(
+            f"{where}: a {dtype} array of shape {list(shape)} takes {cost:,} bytes; msopt reads at most "
+            f"{size_text(MAX_NPZ_DATA_BYTES)} from an inputs file"
+        )
+    need = offset + math.prod(shape) * dtype.itemsize
+    if info.file_size < need:
+        raise InputError(f"{where} is truncated: {info.file_size:,} bytes for a header and data of {need:,}")
+    return dtype, tuple(shape), fortran, offset
+
+
+def _cost(dtype, shape):
+    """Bytes an array takes once read: its data, and for strings the bytes object each element becomes."""
+    count = math.prod(shape)
+    return count * dtype.itemsize + (count * STRING_OBJECT_BYTES if dtype.kind in "SU" else 0)
+
+
+def _data(archive, info, header, path, key):
+    """A member's array, read in steps into an array of the size its checked header gave."""
+    dtype, shape, fortran, offset = header
+    count = math.prod(shape)
+    array = np.empty(count, dtype)
+    try:
+        with archive.open(info) as member:
+            member.read(offset)
+            if count and dtype.itemsize:
+                into = memoryview(array.view(np.uint8))
+                done = 0
+                while done < len(into):
+                    chunk = member.read(min(READ_STEP, len(into) - done))
+                    if not chunk:
+                        raise EOFError(f"ends after {offset + done:,} bytes")
+                    into[done : done + len(chunk)] = chunk
+                    done += len(chunk)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, RuntimeError) as e:
+        raise InputError(f"{path}: cannot read input '{key}': {_reason(e)}") from None
+    return array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
 
 
 def _reason(error):
@@ -166,23 +332,28 @@ def _reason(error):
 
 def check_input(key, spec, value):
     """``value`` converted to what TensorFlow expects for input ``key``, or InputError naming the mismatch."""
-    dtype = spec["dtype"]
-    want = NUMPY_DTYPES.get(dtype)
-    given = value.dtype
-    if dtype == "string":
-        if given.kind not in "SU":
-            raise InputError(f"input '{key}': expected dtype string, given {given}")
+    _check_kind(key, spec, value.dtype, value.shape)
+    if spec["dtype"] == "string":
         value = (
             np.vectorize(lambda s: s.encode() if isinstance(s, str) else bytes(s), otypes=[object])(value)
             if value.size
             else value.astype(object)
         )
+    return value
+
+
+def _check_kind(key, spec, given, given_shape):
+    """InputError unless dtype ``given`` and shape ``given_shape`` are what input ``key`` takes."""
+    dtype = spec["dtype"]
+    want = NUMPY_DTYPES.get(dtype)
+    if dtype == "string":
+        if given.kind not in "SU":
+            raise InputError(f"input '{key}': expected dtype string, given {given}")
     elif want is None or given != np.dtype(want):
         raise InputError(f"input '{key}': expected dtype {dtype}, given {given}")
     shape = spec["shape"]
     if shape is not None and (
-        len(shape) != value.ndim or any(d is not None and d != g for d, g in zip(shape, value.shape))
+        len(shape) != len(given_shape) or any(d is not None and d != g for d, g in zip(shape, given_shape))
     ):
         expected = "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
-        raise InputError(f"input '{key}': expected shape {expected}, given {list(value.shape)}")
-    return value
+        raise InputError(f"input '{key}': expected shape {expected}, given {list(given_shape)}")

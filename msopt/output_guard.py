@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msopt.errors import InputError
+from msopt.reading import MAX_CONFIG_BYTES, read_json
 
 MARKER = ".msopt-output"  # in every folder msopt writes: what it wrote there (JSON)
 PSEUDO_ROOTS = ("/proc", "/sys", "/dev")  # kernel file systems: their files are not data a user keeps
@@ -150,10 +151,10 @@ def _folder_not_replaceable(folder: Path) -> str | None:
         return f"a folder that cannot be listed ({e.strerror})"
     if not present:
         return None
-    try:
-        recorded = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    try:  # through msopt.reading: a marker that is a FIFO or a link to /dev/zero is no marker, not a hang
+        recorded = read_json(folder / MARKER, "output marker", MAX_CONFIG_BYTES)
         entries = set(recorded["entries"]) if recorded.get("written_by") == "msopt" else None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (InputError, KeyError, TypeError, AttributeError):
         entries = None
     if entries is None:
         return "a folder msopt did not write"

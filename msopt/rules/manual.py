@@ -15,27 +15,31 @@
 A rule with several selectors matches nodes that satisfy all of them. Optional per-rule keys:
 ``name`` (a label for the report) and ``override`` (this rule also wins over existing ids).
 
-The file is data: UTF-8 text, plain YAML without tags, bounded in size, nesting and rule count.
-Regexes run on the ``regex`` package with a time bound per match (MATCH_TIMEOUT_S). We chose it
-over RE2 because it keeps Python's regex syntax (lookarounds, backreferences) that existing rules
-files may use, is a pure dependency of one wheel, and turns a catastrophic pattern such as
-``(.*)*x`` into one error naming the rule and the node instead of a hang.
+The file is data: read through msopt.reading (a regular file, UTF-8 text, at most MAX_BYTES), plain
+YAML without tags (yaml.SafeLoader's composer), bounded in nesting and rule count. Regexes run on
+the ``regex`` package with a time bound per match (MATCH_TIMEOUT_S). We chose it over RE2 because it
+keeps Python's regex syntax (lookarounds, backreferences) that existing rules files may use, is a
+pure dependency of one wheel, and turns a catastrophic pattern such as ``(.*)*x`` into one error
+naming the rule and the node instead of a hang. msopt.rules.patterns bounds the rest: each pattern's
+compiled size is checked before it is compiled, identical patterns are compiled and matched once,
+``function:`` results are kept per function name, and the whole file runs within one time budget
+(exit 2 naming the rule that was running when it ran out).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import regex
 import yaml
 
 from msopt.errors import InputError
+from msopt.reading import MAX_RULES_BYTES, read_text
+from msopt.rules.patterns import MATCH_TIMEOUT_S, BudgetSpent, PatternError, Patterns
 
 TOP_KEYS = ("default", "override", "rules")
 RULE_KEYS = ("match", "scope", "op", "function", "stream", "name", "override")
 SELECTORS = ("match", "scope", "op", "function")
-MAX_BYTES = 1 << 20  # 1 MiB holds thousands of rules; a larger file is generated, not written
+MAX_BYTES = MAX_RULES_BYTES  # 1 MiB holds thousands of rules; a larger file is generated, not written
 MAX_RULES = 5000  # every node is tested against the rules in order: the work is nodes x rules
 MAX_DEPTH = 8  # a rules file nests 4 deep (mapping, list, rule, op list)
-MATCH_TIMEOUT_S = 1.0  # one regex on one node name; real patterns take microseconds
 
 
 @dataclass
@@ -45,19 +49,10 @@ class Rule:
     stream: int
     label: str
     override: bool = False
-    match: object = None  # a compiled regex.Pattern
+    match: object = None  # a compiled regex.Pattern (one object per distinct pattern in the file)
     scope: str = None
     ops: frozenset = None
     function: object = None
-
-    def selects(self, node):
-        """Whether this rule selects ``node`` (raises TimeoutError when a regex runs too long)."""
-        return (
-            (self.scope is None or node.name.startswith(self.scope))
-            and (self.ops is None or node.op in self.ops)
-            and (self.match is None or self.match.fullmatch(node.name, timeout=MATCH_TIMEOUT_S) is not None)
-            and (self.function is None or self.function.fullmatch(node.function, timeout=MATCH_TIMEOUT_S) is not None)
-        )
 
     def where(self, path):
         return f"rule {self.index}{' (' + self.label + ')' if self.label else ''} at {path}:{self.line}"
@@ -70,6 +65,7 @@ class RulesFile:
     default: int = None
     default_line: int = 0
     override: bool = False
+    patterns: Patterns = field(default_factory=Patterns)  # its compiled regexes, results and time budget
 
 
 def manual(view, options):
@@ -83,6 +79,7 @@ def manual(view, options):
     partition, fallback, sources = {}, set(), {}
     matched = [0] * len(spec.rules)
     applied = [0] * len(spec.rules)
+    spec.patterns.allow(sum(map(len, view.bodies.values())))  # the budget grows with the nodes to match
     for node in view.real_nodes():
         existing = node.stream
         rule = _first_match(spec, node)
@@ -117,16 +114,43 @@ def manual(view, options):
 
 
 def _first_match(spec, node):
-    for rule in spec.rules:
-        try:
-            if rule.selects(node):
-                return rule
-        except TimeoutError:
-            raise InputError(
-                f"{rule.where(spec.path)}: its regex ran over {MATCH_TIMEOUT_S:g} s on node '{node.key}' "
-                f"(catastrophic backtracking? simplify the pattern)"
-            ) from None
+    """The first rule selecting ``node``; a pattern's result on the node's name is computed once per node."""
+    patterns, name, op, seen = spec.patterns, node.name, node.op, {}
+    rule = patterns.last_rule or (spec.rules[0] if spec.rules else None)  # named if the clock runs out first
+    try:
+        patterns.check()
+        for rule in spec.rules:
+            if rule.scope is not None and not name.startswith(rule.scope):
+                continue
+            if rule.ops is not None and op not in rule.ops:
+                continue
+            if rule.match is not None:
+                found = seen.get(rule.match)
+                if found is None:
+                    found = seen[rule.match] = patterns.fullmatch(rule.match, name)
+                if not found:
+                    continue
+            if rule.function is not None and not patterns.function_matches(rule.function, node.function):
+                continue
+            patterns.last_rule = rule
+            return rule
+    except TimeoutError:
+        raise InputError(
+            f"{_where(rule, spec)}: its regex ran over {MATCH_TIMEOUT_S:g} s on node '{node.key}' "
+            f"(catastrophic backtracking? simplify the pattern)"
+        ) from None
+    except BudgetSpent:
+        raise InputError(
+            f"{_where(rule, spec)}: matching the rules file ran over its time budget of "
+            f"{patterns.budget_s:.0f} s (this rule was being tested, on node '{node.key}'); "
+            f"simplify the regexes or select by scope or op"
+        ) from None
+    patterns.last_rule = rule
     return None
+
+
+def _where(rule, spec):
+    return rule.where(spec.path) if rule is not None else spec.path
 
 
 def _check_streams(partition, sources, streams):
@@ -140,7 +164,7 @@ def _check_streams(partition, sources, streams):
 # -- reading the file ------------------------------------------------------------------------------
 def read_rules(path):
     """Parse and check a rules file; every error names the file and line."""
-    text = _read_text(path)
+    text = read_text(path, "rules file", MAX_BYTES)
     try:
         loader = _Loader(text, path)
         try:
@@ -172,30 +196,8 @@ def read_rules(path):
             f"(merge rules with a regex or an op list)"
         )
     for index, item in enumerate(rules_node.value, 1):
-        spec.rules.append(_rule(item, index, path))
+        spec.rules.append(_rule(item, index, path, spec.patterns))
     return spec
-
-
-def _read_text(path):
-    """The file as text: UTF-8 (a BOM allowed), at most MAX_BYTES, no NUL bytes."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read rules file: {e.strerror}") from None
-    if len(data) > MAX_BYTES:
-        raise InputError(f"{path}: rules file is larger than {MAX_BYTES // 1024} KiB")
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise InputError(f"{path}: rules file is UTF-16; save it as UTF-8")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise InputError(f"{path}:{line}: rules file is not UTF-8 text (byte 0x{data[e.start]:02x})") from None
-    nul = text.find("\0")
-    if nul >= 0:
-        raise InputError(f"{path}:{text.count(chr(10), 0, nul) + 1}: rules file contains a NUL byte")
-    return text
 
 
 class _Loader(yaml.SafeLoader):
@@ -224,7 +226,7 @@ class _Loader(yaml.SafeLoader):
             self.depth -= 1
 
 
-def _rule(node, index, path):
+def _rule(node, index, path, patterns):
     fields = _mapping(node, path, f"rule {index}", RULE_KEYS)
     line = _line(node)
     if "stream" not in fields:
@@ -237,9 +239,9 @@ def _rule(node, index, path):
     if "override" in fields:
         rule.override = _bool(fields["override"][1], path, "override")
     if "match" in fields:
-        rule.match = _regex(fields["match"][1], path, "match")
+        rule.match = _regex(fields["match"][1], path, "match", patterns, index)
     if "function" in fields:
-        rule.function = _regex(fields["function"][1], path, "function")
+        rule.function = _regex(fields["function"][1], path, "function", patterns, index)
     if "scope" in fields:
         rule.scope = _string(fields["scope"][1], path, "scope")
     if "op" in fields:
@@ -303,9 +305,15 @@ def _string(node, path, key):
     return node.value
 
 
-def _regex(node, path, key):
+def _regex(node, path, key, patterns, index):
     text = _string(node, path, key)
     try:
-        return regex.compile(text)
-    except (regex.error, ValueError, OverflowError) as e:
-        raise InputError(f"{path}:{_line(node)}: invalid regex in '{key}': {text!r}: {e}") from None
+        return patterns.compile(text)
+    except PatternError as e:
+        shown = repr(text) if len(text) <= 200 else f"{text[:200]!r}..."
+        raise InputError(f"{path}:{_line(node)}: invalid regex in '{key}': {shown}: {e}") from None
+    except BudgetSpent:
+        raise InputError(
+            f"{path}:{_line(node)}: rule {index}: compiling the rules file's regexes ran over its time budget "
+            f"of {patterns.budget_s:.0f} s; merge rules or use scope/op selectors"
+        ) from None
