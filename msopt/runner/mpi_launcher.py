@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from msopt.errors import CheckFailed, InputError
+from msopt.errors import CheckFailed, InputError, exit_held, held
 
 MPI_ENV = "MSOPT_MPI"  # set in every rank by the parent (mpirun -x)
 HOSTS = re.compile(r"^[A-Za-z0-9_.\-]+(:[1-9][0-9]*)?$")
@@ -65,7 +65,8 @@ def run_ranks(worker, count, hosts=None):
     """``count`` ranks of ``worker`` (a RunConfig) under mpirun; returns their reports and the launcher's summary."""
     mpirun = check_open_mpi()
     hosts = parse_hosts(hosts)
-    with tempfile.TemporaryDirectory(prefix="msopt-replicas-") as run_dir:
+    # The folder's removal and mpirun's stop run with signals held: a first one landing there waits for them.
+    with exit_held(tempfile.TemporaryDirectory(prefix="msopt-replicas-")) as run_dir:
         run_dir = Path(run_dir)
         (run_dir / "tmp").mkdir()
         config_file = run_dir / "config.json"
@@ -79,13 +80,17 @@ def run_ranks(worker, count, hosts=None):
         args += [sys.executable, "-m", "msopt", "run", worker.model, "--worker-config", str(config_file)]
         args += ["--worker-replicas", str(worker.worker_replicas), "--json", "--worker-barrier", str(run_dir)]
         with open(run_dir / "stdout", "w") as out, open(run_dir / "stderr", "w") as err:
-            proc = subprocess.Popen(
-                args, stdout=out, stderr=err, text=True, start_new_session=True, preexec_fn=_die_with_parent
-            )
+            proc = None
             try:
+                with held():  # an interrupt inside Popen would leave mpirun running, unknown to _stop
+                    proc = subprocess.Popen(
+                        args, stdout=out, stderr=err, text=True, start_new_session=True, preexec_fn=_die_with_parent
+                    )
                 code = proc.wait()
             finally:
-                _stop(proc)
+                with held():
+                    if proc is not None:
+                        _stop(proc)
         stdout, stderr = (run_dir / "stdout").read_text(), (run_dir / "stderr").read_text()
     if code != 0:
         raise_for(code, stderr)

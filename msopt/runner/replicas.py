@@ -6,10 +6,11 @@ is ready, so the measured windows overlap.
 Works on the CPU as well as on a shared GPU (with CUDA MPS, see msopt.runner.mps).
 
 Nothing outlives the run. Each worker leads a process group of its own (a terminal's Ctrl-C reaches the
-parent only), and whatever ends the parent (an error, Ctrl-C, SIGTERM, SIGHUP) stops the groups and
-removes the run's directory, which also holds the workers' TMPDIR. A parent killed outright (SIGKILL)
-cannot clean up: its workers then get SIGTERM from the kernel (PR_SET_PDEATHSIG on Linux, a watch on
-the parent's pid elsewhere), clean their own files and remove the run's directory themselves.
+parent only), and whatever ends the parent (an error, Ctrl-C, SIGTERM, SIGHUP: one line, "interrupted")
+stops the groups and removes the run's directory, which also holds the workers' TMPDIR. A parent killed
+outright (SIGKILL) cannot clean up: its workers then get SIGTERM from the kernel (PR_SET_PDEATHSIG on
+Linux, a watch on the parent's pid elsewhere), clean their own files and remove the run's directory
+themselves.
 """
 
 import atexit
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from msopt.errors import CheckFailed, InputError
+from msopt.errors import CheckFailed, InputError, exit_held, held, signals_interrupt
 
 READY_TIMEOUT_S = 600.0
 POLL_S = 0.02
@@ -38,26 +39,10 @@ STOP_SIGNALS = ("SIGTERM", "SIGHUP")
 _PR_SET_PDEATHSIG = 1
 
 
-@contextlib.contextmanager
-def _stop_signals_exit():
-    """Turn SIGTERM and SIGHUP into SystemExit(128 + signal), once, so that cleanup code runs."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught = []
-
-    def handler(signum, frame):
-        if not caught:
-            caught.append(signum)
-            os.write(2, f"msopt: error: stopped by {signal.Signals(signum).name}\n".encode())
-            raise SystemExit(128 + signum)
-
-    previous = {name: signal.signal(getattr(signal, name), handler) for name in STOP_SIGNALS if hasattr(signal, name)}
-    try:
-        yield
-    finally:
-        for name, old in previous.items():
-            signal.signal(getattr(signal, name), old)
+def _stop_signals_interrupt():
+    """SIGTERM and SIGHUP end the run as Ctrl-C does (msopt.errors.Interrupted), so that the workers are stopped
+    and the run's directory removed; under msopt's command line they do already."""
+    return signals_interrupt(STOP_SIGNALS)
 
 
 def serve_as_worker(barrier):
@@ -129,7 +114,7 @@ def run_replicated(config, loaded, progress):
         from msopt.runner.mpi_launcher import run_ranks
 
         progress(f"starting {config.replicas} replicas with mpirun")
-        with _stop_signals_exit():
+        with _stop_signals_interrupt():
             reports, launcher = run_ranks(worker, config.replicas, config.hosts)
         document = {**aggregate(reports), "launcher": launcher, "mps": None}
         for replica, report in zip(document["per_replica"], reports):
@@ -169,7 +154,8 @@ def run_replicas(worker, count, env=None, on_ready=None):
     Each worker is ``msopt run MODEL --worker-config FILE``, FILE holding ``worker`` as JSON, with its place
     in the run as hidden options. ``on_ready(pids)`` runs once every worker is loaded and warmed up, before
     they are released."""
-    with _stop_signals_exit(), tempfile.TemporaryDirectory(prefix="msopt-replicas-") as barrier:
+    # The folder's removal and the workers' stop run with signals held: a first one landing there waits for them.
+    with _stop_signals_interrupt(), exit_held(tempfile.TemporaryDirectory(prefix="msopt-replicas-")) as barrier:
         barrier = Path(barrier)
         worker_tmp = barrier / "tmp"  # the workers' temporary files, removed with the run
         worker_tmp.mkdir()
@@ -201,18 +187,20 @@ def run_replicas(worker, count, env=None, on_ready=None):
                 }
                 # Files, not pipes: a worker never blocks on output nobody reads yet.
                 with open(barrier / f"stdout-{k}", "w") as out, open(barrier / f"stderr-{k}", "w") as err:
-                    procs.append(
-                        subprocess.Popen(
-                            args, stdout=out, stderr=err, text=True, env=worker_env, start_new_session=True
+                    with held():  # a worker started is a worker _stop knows
+                        procs.append(
+                            subprocess.Popen(
+                                args, stdout=out, stderr=err, text=True, env=worker_env, start_new_session=True
+                            )
                         )
-                    )
             _wait_ready(procs, barrier)
             if on_ready is not None:
                 on_ready([p.pid for p in procs])
             (barrier / "go").touch()
             _wait_done(procs, barrier)
         finally:
-            _stop(procs)
+            with held():
+                _stop(procs)
         reports = [json.loads((barrier / f"stdout-{k}").read_text()) for k in range(count)]
     return aggregate(reports)
 

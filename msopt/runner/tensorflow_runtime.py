@@ -12,7 +12,9 @@ import sys
 import tempfile
 import warnings
 
-_held = []  # the terminal's fd once TensorFlow's runtime logs are held back (once per process)
+from msopt.errors import held, interrupted
+
+_held: list[int] = []  # the terminal's fd once TensorFlow's runtime logs are held back (once per process)
 
 
 @contextlib.contextmanager
@@ -24,18 +26,21 @@ def quiet_native_stderr():
         return
     sys.stderr.flush()
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
+    with tempfile.TemporaryFile() as held_file:
+        os.dup2(held_file.fileno(), 2)
         try:
             yield
-        except BaseException:
-            os.dup2(saved, 2)
-            held.seek(0)
-            sys.stderr.write(held.read().decode(errors="replace"))
+        except BaseException as e:
+            with held():
+                os.dup2(saved, 2)
+            if not isinstance(e, KeyboardInterrupt) and interrupted() is None:  # an interrupt says one line only
+                held_file.seek(0)
+                sys.stderr.write(held_file.read().decode(errors="replace"))
             raise
         finally:
-            os.dup2(saved, 2)
-            os.close(saved)
+            with held():  # the line an interrupt ends with goes to the terminal, not to this file
+                os.dup2(saved, 2)
+                os.close(saved)
 
 
 def import_tensorflow():

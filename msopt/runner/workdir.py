@@ -16,18 +16,24 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from msopt.errors import held
+
 
 @contextlib.contextmanager
 def private_cwd():
     """Work in a fresh temporary directory; go back and remove it on exit."""
     previous = os.getcwd()
-    path = tempfile.mkdtemp(prefix="msopt-cwd-")
-    os.chdir(path)
+    path = None
     try:
+        with held():  # an interrupt inside mkdtemp would leave the folder unnamed, so never removed
+            path = tempfile.mkdtemp(prefix="msopt-cwd-")
+        os.chdir(path)
         yield Path(path)
     finally:
-        os.chdir(previous)
-        shutil.rmtree(path, ignore_errors=True)
+        with held():  # a first signal landing here waits until the folder is gone
+            os.chdir(previous)
+            if path is not None:
+                shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -39,13 +45,14 @@ def held_native_stderr():
     sys.stderr.flush()
     saved = os.dup(2)
     try:
-        with tempfile.TemporaryFile() as held:
-            os.dup2(held.fileno(), 2)
+        with tempfile.TemporaryFile() as held_file:
+            os.dup2(held_file.fileno(), 2)
             try:
                 yield
             finally:
-                sys.stderr.flush()
-                os.dup2(saved, 2)
+                with held():  # the line an interrupt ends with goes to the terminal, not to this file
+                    sys.stderr.flush()
+                    os.dup2(saved, 2)
     finally:
         os.close(saved)
 

@@ -3,10 +3,13 @@ at a round boundary; the median step time and its spread per candidate."""
 
 from __future__ import annotations
 
+import signal
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from msopt.errors import interrupted, rearm
 
 
 @dataclass
@@ -35,7 +38,8 @@ def warm_up(steps, count):
 def run_rounds(steps, rounds, per_round, deadline=None, tick=None):
     """Interleaved rounds over ``steps`` ({label: callable}): each round runs every candidate ``per_round`` times,
     in turn. Before a round starts, it must fit before ``deadline`` (time.perf_counter() seconds), judged by
-    the longest round so far; Ctrl-C ends the rounds too. Only complete rounds count."""
+    the longest round so far; Ctrl-C ends the rounds too (another signal ends the tune). Only complete rounds
+    count."""
     result = Rounds({label: [] for label in steps})
     clock = time.perf_counter
     started = clock()
@@ -60,8 +64,16 @@ def run_rounds(steps, rounds, per_round, deadline=None, tick=None):
                 result.samples[label].extend(times)
             result.rounds += 1
             longest = max(longest, clock() - begun)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        if getattr(stop, "signum", signal.SIGINT) != signal.SIGINT:
+            raise  # SIGTERM (SIGHUP) ends the tune at once: only Ctrl-C keeps what was measured
         result.stopped = "interrupted"
+    except Exception:
+        if interrupted() != signal.SIGINT:
+            raise
+        result.stopped = "interrupted"  # Ctrl-C that TensorFlow turned into an error of its own (a ValueError)
+    if result.stopped == "interrupted":
+        rearm()  # handled: another Ctrl-C (while the outputs are written, say) stops the tune
     result.seconds = clock() - started
     return result
 

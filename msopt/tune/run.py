@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from msopt import output_guard
-from msopt.errors import CheckFailed, InputError
+from msopt.errors import CheckFailed, InputError, check_interrupted, exit_held, held
 from msopt.output_guard import Output
 
 PROFILE_STEPS = 3  # fully traced steps behind the costs file
@@ -40,9 +40,10 @@ def tune(config, progress=lambda message: None, bar=None):
     output_guard.check([config.model, *config.rules], written, config.force)  # before any work
     model, view = open_model(config.model, config.tags)
     os.environ.setdefault("TF_CUDNN_USE_AUTOTUNE", "0")  # a bitwise check on a GPU needs fixed cuDNN algorithms
-    with contextlib.ExitStack() as stack:
-        work = Path(tempfile.mkdtemp(prefix="msopt-tune-"))
-        stack.callback(shutil.rmtree, work, ignore_errors=True)  # pushed first: removed after every runner closed
+    with exit_held(contextlib.ExitStack()) as stack:  # a signal while the runners close waits for the end
+        with held():  # a signal between the two must not leave the folder behind
+            work = Path(tempfile.mkdtemp(prefix="msopt-tune-"))
+            stack.callback(shutil.rmtree, work, ignore_errors=True)  # pushed first: removed after every runner closed
         doc = _tune(config, model, view, work, stack, started, deadline, progress, bar)
     doc["elapsed_s"] = round(time.perf_counter() - started, 3)
     return doc
@@ -89,6 +90,7 @@ def _tune(config, model, view, work, stack, started, deadline, progress, bar):
             runner = base if i == 0 else _load(model, candidate, config, work / f"candidate_{i}", stack)
             got = [runner.executable.step(signature, f)() for f in feeds]
         except Exception as e:  # a candidate TensorFlow refuses is discarded, not the whole tune
+            check_interrupted()  # unless the error is an interrupt in disguise
             from msopt.runner.tensorflow_runtime import error_line
 
             if not (isinstance(e, InputError) or type(e).__module__.startswith("tensorflow")):
