@@ -118,8 +118,6 @@ class RunConfig:
     @classmethod
     def read(cls, path, **worker):
         """A worker's RunConfig from the JSON file its parent wrote."""
-        try:
-            with open(path, encoding="utf-8") as f:
-                return cls.from_json(f.read(), **worker)
-        except OSError as e:
-            raise InputError(f"{path}: cannot read the worker configuration: {e.strerror}") from None
+        from msopt.reading import MAX_CONFIG_BYTES, read_text
+
+        return cls.from_json(read_text(path, "worker configuration", MAX_CONFIG_BYTES), **worker)
