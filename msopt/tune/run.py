@@ -177,7 +177,8 @@ def _tune(config, model, view, work, stack, started, deadline, progress, bar):
     placement = base.layout if base.device_type == "gpu" and base.layout is not None else base.device_type
     profile_doc = _fit(view, cost_model, candidates, rows, base.device_type, doc, progress)
     progress(f"writing {config.output}")
-    write_outputs(model, chosen, config, placement, costs, doc, profile_doc)
+    with held():  # SIGTERM too waits until every output is in place (Ctrl-C is held by write_outputs itself)
+        write_outputs(model, chosen, config, placement, costs, doc, profile_doc)
     return doc
 
 
