@@ -15,6 +15,9 @@ steady state: over the completions between the concurrency-th and the (R - concu
 neither the burst of the first requests nor the drain of the last counts; latency (issue to
 completion) over the requests issued in that window. Not modelled: host-to-device and
 device-to-host copies of the inputs and outputs, the client's own time, batching across requests.
+
+A report simulates at most MAX_SIMULATED_TASKS tasks in all (requests x ops, over every plan, lane count and host
+corner); more is refused before anything runs (check_work), with what would fit.
 """
 
 import copy
@@ -26,6 +29,10 @@ from msopt.simulate import Loop, TaskArrays, check_streams, run_tasks, streams_o
 
 CONCURRENCIES = (1, 2, 4, 8, 16, 32)  # the table's columns
 REQUESTS_PER_SLOT = 4  # R = this x concurrency requests per simulated load
+# Tasks (requests x ops per request) one report may simulate, over all its loads: the simulator runs about
+# 0.3-0.5 million a second on one core, so about a minute at most, and the largest load (a ninth of it at most:
+# every plan and lane count runs at 9 host assumptions) holds about 2.2 million tasks, 260 MB of state.
+MAX_SIMULATED_TASKS = 20_000_000
 TOLERANCE = 1e-9  # a plan as fast as the baseline at a corner counts as robust there
 CLOSE = 0.01  # candidates within 1 % of the best robust throughput count as equal: the fewest lanes x streams wins
 
@@ -141,14 +148,70 @@ def _percentile(values, q):
     return values[max(0, min(len(values) - 1, math.ceil(q / 100.0 * len(values)) - 1))]
 
 
-def table(cost_model, partition, streams, lanes, concurrencies=CONCURRENCIES):
-    """Throughput and latency for every concurrency in ``concurrencies`` and every lane count 1..``lanes``."""
+def lane_counts(concurrency, lanes):
+    """The lane counts of 1..``lanes`` to simulate at ``concurrency``: from REQUESTS_PER_SLOT x concurrency lanes on,
+    every simulated request has a lane of its own (request r on lane r mod K = r), so more give the same figures."""
+    return range(1, min(lanes, REQUESTS_PER_SLOT * concurrency) + 1)
+
+
+def simulated_tasks(ops, plans, corners, concurrency, lanes, concurrencies):
+    """Tasks ``report`` simulates for a model of ``ops`` ops per request: each of ``plans`` plans on each of
+    ``lane_counts`` at ``concurrency``, at the point estimate and ``corners`` host corners; then one plan at each
+    other concurrency of ``concurrencies`` (the table)."""
+    total = plans * len(lane_counts(concurrency, lanes)) * (1 + corners) * REQUESTS_PER_SLOT * concurrency * ops
+    for c in concurrencies:
+        if c != concurrency:
+            total += len(lane_counts(c, lanes)) * REQUESTS_PER_SLOT * c * ops
+    return total
+
+
+def check_work(cost_model, plans, concurrency, lanes):
+    """InputError, before anything is simulated, when ``report`` at ``concurrency`` on 1..``lanes`` lanes with
+    ``plans`` plans would simulate more than MAX_SIMULATED_TASKS tasks; the message says what fits."""
+    from msopt.uncertainty import corner_models
+
+    ops, corners = len(cost_model), len(corner_models(cost_model))
+
+    def work(c, k):
+        return simulated_tasks(ops, plans, corners, c, k, set(CONCURRENCIES) | {c})
+
+    total = work(concurrency, lanes)
+    if total <= MAX_SIMULATED_TASKS:
+        return
+    fewer_lanes = max((k for k in range(1, lanes) if work(concurrency, k) <= MAX_SIMULATED_TASKS), default=None)
+    lower = max((c for c in range(1, concurrency) if work(c, lanes) <= MAX_SIMULATED_TASKS), default=None)
+    ways = ([f"--lanes {fewer_lanes}" + (" or fewer" if fewer_lanes > 1 else "")] if fewer_lanes else []) + (
+        [f"--concurrency {lower} or lower"] if lower else []
+    )
+    if ways:
+        hint = "use " + ", or ".join(ways)
+    elif work(1, 1) <= MAX_SIMULATED_TASKS:
+        hint = "lower both --concurrency and --lanes"
+    else:
+        hint = f"the model has too many ops for it: --concurrency 1 --lanes 1 alone simulates {work(1, 1):,} tasks"
+    counted = len(lane_counts(concurrency, lanes))
+    raise InputError(
+        f"--concurrency {concurrency} --lanes {lanes} would simulate {total:,} tasks ({plans} plan(s) x {counted} lane "
+        f"count(s) x {1 + corners} host assumptions x {REQUESTS_PER_SLOT * concurrency:,} requests of {ops:,} ops, "
+        f"then the table's concurrencies): at most {MAX_SIMULATED_TASKS:,} are simulated in one run; {hint}"
+    )
+
+
+def table(cost_model, partition, streams, lanes, concurrencies=CONCURRENCIES, known=None):
+    """Throughput and latency for every concurrency in ``concurrencies`` and every lane count 1..``lanes``.
+    ``known`` ({(concurrency, lanes): figures of ``load``}) holds loads already simulated with these arguments."""
     rows = []
     for c in concurrencies:
-        copies = _Copies(cost_model, REQUESTS_PER_SLOT * c)
+        copies = None
+        figures = {}
         for k in range(1, lanes + 1):
-            figures = load(cost_model, partition, streams, c, k, copies=copies)
-            rows.append({"concurrency": c, "lanes": k, **_flat(figures)})
+            same = min(k, lane_counts(c, lanes)[-1])
+            if same not in figures:
+                figures[same] = (known or {}).get((c, same))
+            if figures[same] is None:
+                copies = copies or _Copies(cost_model, REQUESTS_PER_SLOT * c)
+                figures[same] = load(cost_model, partition, streams, c, same, copies=copies)
+            rows.append({"concurrency": c, "lanes": k, **_flat(figures[same])})
     return rows
 
 
@@ -170,18 +233,35 @@ def recommend(cost_model, plans, concurrency, lanes):
     throughput is at least the baseline's at every corner; the recommendation is the robust candidate with
     the most throughput at the point estimate, candidates within CLOSE of it counting as ties, which go to
     fewer lanes x streams, then fewer lanes."""
+    return _recommendation(candidate_rows(cost_model, plans, concurrency, lanes), concurrency)
+
+
+def candidate_rows(cost_model, plans, concurrency, lanes):
+    """Per plan and lane count 1..``lanes``: {lanes, streams_per_lane, figures (``load``'s at the point estimate),
+    corners (requests/s at each corner of the host box)}."""
     from msopt.uncertainty import corner_models
 
     corners = corner_models(cost_model)
     copies = _Copies(cost_model, REQUESTS_PER_SLOT * concurrency)
     rows = []
     for n, partition in sorted(plans.items()):
+        simulated = {}
         for k in range(1, lanes + 1):
-            point = load(cost_model, partition, n, concurrency, k, copies=copies)
-            at = [
-                load(cm, partition, n, concurrency, k, copies=copies.on(cm.target))["requests_per_s"] for cm in corners
-            ]
-            rows.append({"lanes": k, "streams_per_lane": n, "figures": point, "corners": at})
+            same = min(k, lane_counts(concurrency, lanes)[-1])
+            if same not in simulated:
+                point = load(cost_model, partition, n, concurrency, same, copies=copies)
+                at = [
+                    load(cm, partition, n, concurrency, same, copies=copies.on(cm.target))["requests_per_s"]
+                    for cm in corners
+                ]
+                simulated[same] = point, at
+            point, at = simulated[same]
+            rows.append({"lanes": k, "streams_per_lane": n, "figures": point, "corners": list(at)})
+    return rows
+
+
+def _recommendation(rows, concurrency):
+    """``recommend``'s document from ``candidate_rows``' rows (each gets its gains and whether it is robust)."""
     base = next(r for r in rows if r["lanes"] == 1 and r["streams_per_lane"] == 1)
     for r in rows:
         pairs = list(zip(r["corners"], base["corners"])) + [
@@ -242,13 +322,16 @@ def report(cost_model, partition, streams, concurrency, lanes, progress=None):
     say = progress or (lambda message: None)
     if concurrency < 1 or lanes < 1:
         raise InputError(f"--concurrency and --lanes must be at least 1, got {concurrency} and {lanes}")
-    say(f"simulating {concurrency} request(s) in flight on 1..{lanes} lane(s), at every host corner")
     plans = {1: {}, streams: partition} if len(set(streams_of(cost_model, partition))) > 1 else {1: {}}
-    best = recommend(cost_model, plans, concurrency, lanes)
     n = streams if streams in plans else 1
-    asked = next(r for r in best["candidates"] if r["lanes"] == lanes and r["streams_per_lane"] == n)
-    figures = load(cost_model, plans[n], n, concurrency, lanes)
     concurrencies = sorted(set(CONCURRENCIES) | {concurrency})
+    check_work(cost_model, len(plans), concurrency, lanes)
+    say(f"simulating {concurrency} request(s) in flight on 1..{lanes} lane(s), at every host corner")
+    rows = candidate_rows(cost_model, plans, concurrency, lanes)
+    best = _recommendation(rows, concurrency)
+    asked = next(r for r in best["candidates"] if r["lanes"] == lanes and r["streams_per_lane"] == n)
+    points = {(concurrency, r["lanes"]): r["figures"] for r in rows if r["streams_per_lane"] == n}
+    figures = points[(concurrency, lanes)]  # the same simulation as load(cost_model, plans[n], n, concurrency, lanes)
     say(f"simulating concurrency {', '.join(map(str, concurrencies))} on 1..{lanes} lane(s)")
     batch = cost_model.batch_size
     return {
@@ -260,7 +343,7 @@ def report(cost_model, partition, streams, concurrency, lanes, progress=None):
         "requests_per_s_range": asked["requests_per_s_range"],
         "records_per_s_range": [round(x * batch, 3) for x in asked["requests_per_s_range"]],
         "requests_simulated": figures["requests_simulated"],
-        "table": table(cost_model, plans[n], n, lanes, concurrencies),
+        "table": table(cost_model, plans[n], n, lanes, concurrencies, known=points),
         "recommendation": best,
         "simulated": "closed loop on the target GPU's model with the host model's assumptions (msopt.concurrency)",
     }

@@ -17,6 +17,10 @@ MEMORY_EFFICIENCY = 0.8  # fraction of DRAM bandwidth a streaming kernel reaches
 MIN_KERNEL_US = 2.0  # shortest kernel execution on the device, launch already paid on the host
 GEMM_OUTPUTS_PER_THREAD = 1.3  # outputs per thread of a Conv/MatMul kernel: fitted to Inception-v3's 6.51 ms (README)
 MAX_BATCH_SIZE = 2**31 - 1  # larger batches overflow the figures, and no GPU holds them
+# Shapes read from a model are plausible (msopt.protos.implausible_dims), but products of them (a MatMul of
+# [2^40, 1] by [1, 2^40], a large batch times a large sample) need not be: a count is capped here, so that a
+# tensor's bytes (16 bytes an element at most) stay far inside the int64 the simulator keeps them in.
+MAX_COUNTED_ELEMENTS = 2**50
 ELEMENTWISE_OUTPUTS_PER_THREAD = 4  # outputs per thread of elementwise/reduction kernels (Eigen vectorizes by 4)
 
 DTYPE_BYTES = {
@@ -82,13 +86,14 @@ SHAPE_DEPENDENT_OPS = (
 
 
 def elements(shape, batch_size):
-    """Element count, the unknown leading dimension as the batch and other unknown dimensions as 1."""
+    """Element count, the unknown leading dimension as the batch and other unknown dimensions as 1, at most
+    MAX_COUNTED_ELEMENTS."""
     if shape is None:
         return batch_size
     n = 1
     for k, d in enumerate(shape):
         n *= d if d is not None and d >= 0 else (batch_size if k == 0 else 1)
-    return n
+    return n if n <= MAX_COUNTED_ELEMENTS else MAX_COUNTED_ELEMENTS
 
 
 def tensor_bytes(dtype, shape, batch_size):

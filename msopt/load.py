@@ -177,6 +177,11 @@ def _check(model):
                     node_name = info.name.split(":")[0].lstrip("^")
                     if node_name not in names:
                         raise InputError(f"{where} names tensor '{info.name}', which is not in the graph")
+                shape = info.tensor_shape
+                if shape.dim and not shape.unknown_rank:  # the cost model sizes the inputs by it: refused, not guessed
+                    why = protos.implausible_dims([d.size for d in shape.dim])
+                    if why is not None:
+                        raise InputError(f"{where}: tensor_shape {why}")
 
 
 def open_model(path, tags=None):

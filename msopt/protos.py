@@ -40,6 +40,29 @@ DTYPE_NAMES = {
 }
 
 
+# Shapes as models record them. A dimension above MAX_DIM, or a shape of more than MAX_SHAPE_ELEMENTS elements
+# (1 PiB of float32), describes no tensor any machine holds: such a size is a corrupt or hand-made proto, and
+# counting with it overflows the int64 byte counts the cost model and the simulator keep.
+MAX_DIM = 2**40
+MAX_SHAPE_ELEMENTS = 2**48
+
+
+def implausible_dims(dims):
+    """Why the sizes ``dims`` (-1 or None: unknown) describe no real tensor, as words to follow a shape's name
+    ("dimension 1 is ...", "[...] holds more than ..."), or None when they may."""
+    elements = 1
+    for k, d in enumerate(dims):
+        if d is None or d == -1:
+            continue
+        if d < -1 or d > MAX_DIM:
+            return f"dimension {k} is {d} (sizes are -1 for unknown, else 0 to 2^40)"
+        elements *= d
+        if elements > MAX_SHAPE_ELEMENTS:
+            shown = ", ".join(map(str, dims[:8])) + (", ..." if len(dims) > 8 else "")
+            return f"[{shown}] holds more than 2^48 elements"
+    return None
+
+
 def parse_text(text, message):
     """Parse protobuf text format into ``message`` (raises text_format.ParseError)."""
     return text_format.Parse(text, message, allow_unknown_field=False)

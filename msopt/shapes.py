@@ -4,7 +4,7 @@ import numpy as np
 
 from msopt.errors import InputError
 from msopt.graph import MAIN
-from msopt.protos import DTYPE_NAMES
+from msopt.protos import DTYPE_NAMES, implausible_dims
 
 # From this many tasks on, the ops whose shapes stay unknown are found by a compiled pass first
 # (below, loading numba and its cached machine code, about half a second, costs more than it saves).
@@ -121,9 +121,17 @@ def _recorded_shapes(proto, known=None):
         raw = s.SerializeToString()
         shape = known.get(raw)
         if shape is None:
-            shape = known[raw] = [d.size for d in s.dim]
+            shape = known[raw] = _plausible([d.size for d in s.dim])
         shapes.append(shape)
     return shapes
+
+
+def _plausible(dims):
+    """``dims``, or None (unknown) when no tensor has them (msopt.protos.implausible_dims). A node's recorded shapes
+    and its declared shape attributes are hints the passes could do without: an absurd one is ignored (the shape is
+    then propagated, or stays unknown) rather than refused, and never counted. A signature's shapes are checked
+    when the model loads (msopt.load), and refused there."""
+    return None if implausible_dims(dims) is not None else dims
 
 
 def _output_dtypes(proto):
@@ -215,10 +223,10 @@ def _propagate(op, proto, ins, dtypes, in_protos):
     first = ins[0][1] if ins else None
     if op in ("Placeholder", "PlaceholderWithDefault", "VarHandleOp", "VariableV2", "Variable"):
         s = attr["shape"].shape if "shape" in attr else None
-        return [(dtype, None if s is None or s.unknown_rank else [d.size for d in s.dim])]
+        return [(dtype, None if s is None or s.unknown_rank else _plausible([d.size for d in s.dim]))]
     if op in ("Const", "HostConst") and "value" in attr:
         tensor = attr["value"].tensor
-        return [(DTYPE_NAMES.get(tensor.dtype, "float"), [d.size for d in tensor.tensor_shape.dim])]
+        return [(DTYPE_NAMES.get(tensor.dtype, "float"), _plausible([d.size for d in tensor.tensor_shape.dim]))]
     if op in ELEMENTWISE_SAME_SHAPE:
         return [(dtype, first)]
     if op in BROADCAST_OPS:

@@ -1,11 +1,24 @@
 """The command-line options the commands share, each declared once (help text, type, default)."""
 
-from typing import Callable, Optional
+import math
+from typing import Any, Callable, Optional
 
 import click
 from click.decorators import FC
 
 from msopt.rules import policy_help
+
+
+class FiniteFloat(click.FloatRange):
+    """click.FloatRange that refuses NaN and the infinities too: every float option's type. FloatRange alone lets
+    "nan" through (every comparison with NaN is false), and "inf" wherever the range has no upper end."""
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        number = click.types.FloatParamType.convert(self, value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return super().convert(number, param, ctx)
+
 
 MODEL = click.argument("model", type=click.Path(path_type=str))
 TAGS = click.option("--tags", default=None, help="SavedModel tag set to use, comma-separated (default: serve).")

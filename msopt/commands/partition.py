@@ -66,7 +66,7 @@ Example:
 )
 @click.option(
     "--tolerance",
-    type=click.FloatRange(min=0),
+    type=opt.FiniteFloat(min=0),
     default=None,
     metavar="X",
     help="--verify: accept outputs that differ by at most X (absolute); the report says they are not "

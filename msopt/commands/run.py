@@ -91,7 +91,7 @@ from msopt.errors import CheckFailed
 )
 @click.option(
     "--gpu-memory-fraction",
-    type=click.FloatRange(0, 1, min_open=True),
+    type=opt.FiniteFloat(0, 1, min_open=True),
     default=None,
     help="Share of each GPU's memory to use, split among its streams (default 0.9, divided by "
     "--replicas: every replica shares every GPU).",

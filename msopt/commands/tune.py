@@ -26,7 +26,7 @@ def _bar(length):
 )
 @click.option(
     "--budget",
-    type=click.FloatRange(0, min_open=True),
+    type=opt.FiniteFloat(0, min_open=True),
     default=None,
     metavar="SECONDS",
     help="Cap on the whole tune; the rounds stop at a round boundary and the choice is made from what was measured.",

@@ -7,6 +7,15 @@ from dataclasses import dataclass, replace
 
 from msopt.errors import InputError
 
+# What one tune may take on, checked before anything loads (each bounds memory or time that --budget cannot):
+MAX_PLANS = 128  # plans made for the candidate set: auto and each policy at 2..--streams, one stream, the rules files
+MAX_CANDIDATES = 32  # candidates measured (--max-candidates): each stays loaded in TensorFlow on every device
+MAX_LANE_MODELS = 136  # lane candidates 1..K load 1 + 2 + ... + K lanes (K = 16), a model each with copied weights
+MAX_RECORDS = 64  # generated input batches (--records), all held in memory with each candidate's outputs
+# Steps and requests run in all (verifying, warming up, measuring); --budget stops the measuring rounds but not
+# the others, so with it they alone count. A million steps of a 1 ms model are 17 minutes.
+MAX_STEPS = 1_000_000
+
 
 @dataclass(frozen=True)
 class TuneConfig:
@@ -60,6 +69,57 @@ class TuneConfig:
             raise InputError(
                 f"--max-candidates {self.max_candidates} leaves no room for one stream and {len(self.rules)} rules file(s)"
             )
+        self.check_work()
+
+    def check_work(self):
+        """InputError when the candidate set or the steps to run are beyond what one tune can finish (see MAX_*)."""
+        from msopt.kernels import MAX_BATCH_SIZE
+        from msopt.rules.auto import RULE_CANDIDATES
+
+        if self.batch_size > MAX_BATCH_SIZE:
+            raise InputError(f"--batch-size must be at most {MAX_BATCH_SIZE}, got {self.batch_size}")
+        if self.records > MAX_RECORDS:
+            raise InputError(f"--records must be at most {MAX_RECORDS}, got {self.records}")
+        if self.max_candidates > MAX_CANDIDATES:
+            raise InputError(f"--max-candidates must be at most {MAX_CANDIDATES}, got {self.max_candidates}")
+        per_count = 1 + len(RULE_CANDIDATES)  # auto and each policy, at each stream count
+        plans = 2 + len(self.rules) + (self.streams - 1) * per_count  # one stream, the model's own plan
+        if plans > MAX_PLANS:
+            most = 1 + (MAX_PLANS - 2 - len(self.rules)) // per_count
+            raise InputError(
+                f"--streams {self.streams} plans {plans} candidates ({per_count} at each stream count from 2): at most "
+                f"{MAX_PLANS}; use --streams {most} or fewer"
+            )
+        k = self.lane_count or 0
+        if k * (k + 1) // 2 > MAX_LANE_MODELS:
+            most = max(n for n in range(1, k) if n * (n + 1) // 2 <= MAX_LANE_MODELS)
+            raise InputError(
+                f"--lanes {k} loads the model {k * (k + 1) // 2} times (1 + 2 + ... + {k} lanes, one lane count "
+                f"after another): at most {MAX_LANE_MODELS}; use --lanes {most} or fewer"
+            )
+        plan_steps, lane_steps = self.steps_to_run(min(plans, self.max_candidates))
+        if plan_steps + lane_steps > MAX_STEPS:
+            what = "verifying, warming up" + ("" if self.budget is not None else ", measuring")
+            if lane_steps > plan_steps:
+                lower = "--lanes, --concurrency or --steps" + (" or --rounds" if self.budget is None else "")
+            else:
+                lower = "--warmup, --records or --max-candidates" + (
+                    ", --rounds or --steps" if self.budget is None else ""
+                )
+            raise InputError(
+                f"this tune would run {plan_steps + lane_steps:,} steps and requests ({what}): at most {MAX_STEPS:,}; "
+                f"lower {lower}" + ("" if self.budget is not None else "; or give a --budget")
+            )
+
+    def steps_to_run(self, candidates):
+        """(steps of the plans, requests of the lane candidates) this tune runs at most with ``candidates``
+        candidates measured; with --budget, those of the measuring rounds do not count (the budget stops them)."""
+        measuring = self.budget is None
+        plan_steps = candidates * (self.records + max(self.warmup, 1) + (self.rounds * self.steps if measuring else 0))
+        c, lane_steps = self.concurrency, 0
+        for k in range(1, (self.lane_count or 0) + 1):  # as msopt.tune.lanes: verify, a warm-up round, the rounds
+            lane_steps += max(k * self.records, 2 * c) + self.steps * c * (1 + (self.rounds if measuring else 0))
+        return plan_steps, lane_steps
 
     def with_absolute_paths(self):
         """The same tune with every path made absolute (the runner works in a directory of its own)."""
