@@ -29,9 +29,9 @@ from msopt.simulate import Loop, TaskArrays, check_streams, run_tasks, streams_o
 
 CONCURRENCIES = (1, 2, 4, 8, 16, 32)  # the table's columns
 REQUESTS_PER_SLOT = 4  # R = this x concurrency requests per simulated load
-# Tasks (requests x ops per request) one report may simulate, over all its loads: the simulator runs about
-# 0.3-0.5 million a second on one core, so about a minute at most, and the largest load (a ninth of it at most:
-# every plan and lane count runs at 9 host assumptions) holds about 2.2 million tasks, 260 MB of state.
+# Tasks (requests x ops per request) one report may simulate, over all its loads: at most about a minute of
+# simulation on one core, and the largest load (a ninth of it at most: every plan and lane count runs at 9 host
+# assumptions) holds about 2.2 million tasks, 260 MB of state.
 MAX_SIMULATED_TASKS = 20_000_000
 TOLERANCE = 1e-9  # a plan as fast as the baseline at a corner counts as robust there
 CLOSE = 0.01  # candidates within 1 % of the best robust throughput count as equal: the fewest lanes x streams wins
