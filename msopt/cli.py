@@ -192,7 +192,8 @@ def no_final_collection():
     """At exit (after the command, its outputs written and closed): freeze every object left, so the interpreter's
     final full collections do not walk them all to free memory the process returns anyway (0.35 s of a 3.5 s
     partition of a 61,000-node model). A process that loaded TensorFlow keeps its usual teardown: its objects'
-    finalizers may have work to do."""
+    finalizers may have work to do. (The program itself skips the teardown, see ``exit_process``; this serves the
+    callers that keep it: a script calling ``main``, an MPI rank.)"""
     if "tensorflow" not in sys.modules:
         gc.freeze()
 

@@ -139,6 +139,8 @@ def exit_status(status, names=STOP_SIGNALS):
     ``names`` are blocked in this thread, and one that came meanwhile (still pending, or handled just now as
     these lines run) ends it as an interrupt, with its line."""
     stop = {getattr(signal, name) for name in names if hasattr(signal, name)}
+    if not hasattr(signal, "pthread_sigmask"):  # not a POSIX system
+        return status
     signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     pending = stop & signal.sigpending()
     if pending and _State.code is None:
