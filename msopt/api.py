@@ -100,7 +100,7 @@ def partition(
     inputs = _path(inputs)
     out = given("-o", output) or str(emit.default_output(model, streams))
     report = given("--report", report)
-    written_paths = [Output("-o", out, "model"), report and Output("--report", report, "json")]
+    written_paths = [Output("-o", out, "model"), Output("--report", report, "json") if report else None]
     output_guard.check([model, inputs, costs, host_profile, rules], written_paths, force)
     say(f"loading {model}")
     loaded, view = open_model(model, tags)
@@ -225,7 +225,7 @@ def simulate(
     policy = resolve_policy(policy, rules)
     timeline = given("--timeline", timeline)
     output_guard.check(
-        [model, costs, host_profile, rules], [timeline and Output("--timeline", timeline, "json")], force
+        [model, costs, host_profile, rules], [Output("--timeline", timeline, "json") if timeline else None], force
     )
     say(f"loading {model}")
     loaded, view = open_model(model, tags)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from msopt import output_guard
-from msopt.errors import InputError
+from msopt.errors import InputError, check_interrupted
 from msopt.output_guard import Output, given
 from msopt.outputs import write_bytes
 
@@ -59,7 +59,7 @@ def draw(
     fmt = FORMATS.get(out.suffix.lower())
     if fmt is None:
         raise InputError(f"{out}: unknown picture format '{out.suffix}'; use one of: {', '.join(sorted(set(FORMATS)))}")
-    written = [Output("-o", out, fmt), timeline and Output("--timeline", timeline, "json")]
+    written = [Output("-o", out, fmt), Output("--timeline", timeline, "json") if timeline else None]
     if fmt != "dot" and shutil.which("dot") is None:  # the picture falls back to its .dot text
         written.append(Output("-o (graphviz text, no dot found)", out.with_suffix(".dot"), "dot"))
     output_guard.check([model, rules, costs], written, force)
@@ -134,6 +134,7 @@ def _cost_model(view, loaded, cost, warn):
     except InputError:
         raise  # the user's --target, --batch-size or --costs
     except Exception as e:  # the picture does not need the simulation: say why it is missing
+        check_interrupted()
         warn(
             f"note: no simulation ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
             "the legend shows shares of ops"

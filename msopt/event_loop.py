@@ -55,6 +55,19 @@ def pop(heap, size):
 
 
 @compiled(inline=True)
+def compact(q, size, skip):
+    """Drop the stale task entries (``skip`` counts them per task) from the heap q[:size] (rows: 0, id); the size."""
+    kept = 0
+    for k in range(size):
+        ident = q[k, 1]
+        if ident >= 0 and skip[int(ident)] > 0:
+            skip[int(ident)] -= 1
+        else:
+            kept = push(q, kept, 0.0, ident)  # kept <= k: rebuilt in place, over the entries already read
+    return kept
+
+
+@compiled(inline=True)
 def replace_least(values, row, value):
     """heapq.heapreplace on the heap of floats values[row]: its least value gives way to ``value``."""
     size = values.shape[1]
@@ -152,6 +165,18 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
 
     heap = np.empty((n + executors + 1, 2))  # the host heap: (time, task), or (time, -1 - executor) to wake one
     hsize = 0
+    # Ops and executors waiting for an inter-op thread. In the heap each would be due at pool[0, 0] (the pool's
+    # next free time, which only grows) and be pushed again at the next one each time a thread frees: with more
+    # executors than threads (requests in flight x streams), that is every waiting op at every launch. Here they wait
+    # apart, by id (the heap's order among equal times), all due at pool[0, 0]; an executor that takes a thread
+    # sends its other waiting ops back to the heap at that time, where they find it busy, as they would have.
+    # Made at the first wait (single runs rarely have one).
+    wait_q = np.zeros((1, 2))  # a heap of (0, id): task i, or -1 - e for executor e's oldest op
+    qsize = 0
+    wait_state = np.zeros(1, np.int32)  # 1: the task waits in wait_q
+    wait_skip = np.zeros(1, np.int32)  # the task's entries left in wait_q after it went back to the heap
+    wait_next = np.full(1, -1, np.int32)  # per executor, its tasks in wait_q (see wait_first)
+    wait_first = np.full(executors, -1, np.int64)
     pool = np.zeros((1, max(1, min(launch_threads, active))))  # when each inter-op thread is next free (a heap)
     executor_free = np.zeros(executors)  # each executor handles one op at a time
     bl_head = np.full(executors, -1, np.int64)  # ops ready while their executor was busy, in ready order
@@ -241,10 +266,24 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
                     break
             # Each executor handles, one at a time, every op whose inputs it knows ready (it never waits for
             # the GPU), on a thread of the inter-op pool.
-            if hsize == 0 or heap[0, 0] > now:
-                break
-            ready, ident = heap[0, 0], heap[0, 1]
-            hsize = pop(heap, hsize)
+            while qsize > 0 and wait_q[0, 1] >= 0 and wait_skip[int(wait_q[0, 1])] > 0:  # moved back to the heap
+                wait_skip[int(wait_q[0, 1])] -= 1
+                qsize = pop(wait_q, qsize)
+            queued = qsize > 0 and (
+                hsize == 0 or pool[0, 0] < heap[0, 0] or (pool[0, 0] == heap[0, 0] and wait_q[0, 1] < heap[0, 1])
+            )
+            if queued:
+                if pool[0, 0] > now:
+                    break
+                ready, ident = pool[0, 0], wait_q[0, 1]
+                qsize = pop(wait_q, qsize)
+                if ident >= 0:
+                    wait_state[int(ident)] = 0
+            else:
+                if hsize == 0 or heap[0, 0] > now:
+                    break
+                ready, ident = heap[0, 0], heap[0, 1]
+                hsize = pop(heap, hsize)
             woken = ident < 0
             if woken:  # an executor is free: it takes the oldest op waiting for it
                 e = -1 - int(ident)
@@ -276,8 +315,27 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
                         if bl_tail[e] < 0:
                             bl_tail[e] = i
                         waking[e] = True
-                    hsize = push(heap, hsize, pool[0, 0], -1 - e if woken else i)
+                    if wait_q.shape[0] <= n + executors:
+                        wait_q = np.zeros((n + executors + 1, 2))
+                        wait_state, wait_skip = np.zeros(n, np.int32), np.zeros(n, np.int32)
+                        wait_next = np.full(n, -1, np.int32)
+                    elif qsize == wait_q.shape[0]:  # stale entries fill it: room for every live one
+                        qsize = compact(wait_q, qsize, wait_skip)
+                    qsize = push(wait_q, qsize, 0.0, -1 - e if woken else i)
+                    if not woken:
+                        wait_state[i] = 1
+                        wait_next[i] = wait_first[e]
+                        wait_first[e] = i
                     continue
+                # The executor takes a thread: its ops waiting for one go back to the heap, due now.
+                k = wait_first[e]
+                while k >= 0:
+                    if wait_state[k] == 1 and k != i:
+                        wait_state[k] = 0
+                        wait_skip[k] += 1
+                        hsize = push(heap, hsize, ready, k)
+                    k = wait_next[k]
+                wait_first[e] = -1
                 handled = ready + overhead
             if kernel[i]:
                 host_free = handled + own
@@ -349,6 +407,11 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
         t_end = now + (running[0, 0] - vclock) / rate if rsize > 0 else inf
         t_start = starts[0, 0] if ssize > 0 else inf
         t_host = heap[0, 0] if hsize > 0 else inf
+        while qsize > 0 and wait_q[0, 1] >= 0 and wait_skip[int(wait_q[0, 1])] > 0:  # moved back to the heap
+            wait_skip[int(wait_q[0, 1])] -= 1
+            qsize = pop(wait_q, qsize)
+        if qsize > 0 and pool[0, 0] < t_host:
+            t_host = pool[0, 0]
         t_next = min(t_end, t_start, t_host)
         if t_next == inf:
             stalled = done < n

@@ -22,6 +22,8 @@ import hashlib
 import os
 from functools import cache
 
+from msopt.errors import check_interrupted
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 # The compiled functions called from Python, by "module.function" (the module's path in this package), with
@@ -79,8 +81,10 @@ def prebuilt_state():
     try:
         from msopt import _loops  # type: ignore[attr-defined]
     except ImportError as exc:
+        check_interrupted()  # an interrupted import surfaces as ImportError
         return None, f"no prebuilt extension ({exc}); run python -m msopt.prebuild"
     except Exception as exc:  # e.g. built against another numpy: the just-in-time form still works
+        check_interrupted()
         return None, f"the prebuilt extension does not load ({type(exc).__name__}: {exc}); run python -m msopt.prebuild"
     if _loops.sources() != sources_digest():
         return None, f"{_loops.__file__} was built from other sources; run python -m msopt.prebuild"

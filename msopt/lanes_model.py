@@ -72,7 +72,7 @@ def write_lanes_model(model, lanes, out=None, device_type="gpu", force=False, me
     platform, triton = Path(f"{out}.platform_config.pbtxt"), Path(f"{out}.triton.txt")
     report = given("--report", report)
     written = [Output("-o", out, "model"), Output("-o (platform config)", platform, "text")]
-    written += [Output("-o (Triton note)", triton, "text"), report and Output("--report", report, "json")]
+    written += [Output("-o (Triton note)", triton, "text"), Output("--report", report, "json") if report else None]
     output_guard.check([model], written, force)
     model = load(model, tags)
     if model.format != "saved_model":

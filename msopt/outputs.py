@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from msopt.errors import InputError
+from msopt.errors import InputError, held
 from msopt.output_guard import refuse_special
 
 _AT_FDCWD = -100
@@ -104,14 +104,16 @@ def staged(out):
     refuse_special(out)  # again at write time: a writer may be reached without a command's checks
     check_parent(out)
     clean_stale(out)
-    try:
-        box = Path(tempfile.mkdtemp(prefix=f".{out.name}.{_TAG}{os.getpid()}-", suffix=".tmp", dir=out.parent))
-    except OSError as e:
-        raise InputError(f"{out}: cannot write here: {e.strerror}") from None
+    with held():  # a signal between creating the box and arranging its removal would leave it behind
+        try:
+            box = Path(tempfile.mkdtemp(prefix=f".{out.name}.{_TAG}{os.getpid()}-", suffix=".tmp", dir=out.parent))
+        except OSError as e:
+            raise InputError(f"{out}: cannot write here: {e.strerror}") from None
     try:
         yield box / out.name
     finally:
-        shutil.rmtree(box, ignore_errors=True)
+        with held():  # a first signal here waits for the box to go
+            shutil.rmtree(box, ignore_errors=True)
 
 
 def put(built, out, force):

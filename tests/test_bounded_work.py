@@ -2,6 +2,7 @@
 would not), tune's candidate set and steps are checked before anything loads, every float option is finite, and
 absurd dimensions in a model end as exit 2 naming the field or are ignored, never as an internal error."""
 
+import json
 import math
 
 import click
@@ -109,6 +110,14 @@ def test_a_model_too_large_for_one_request_in_flight_says_so(sample_cost, monkey
 def test_runaway_concurrency_reproducers_are_refused_with_the_limit(msopt, args, way):
     done = msopt("simulate", SAMPLES / "deepfm_tf1", "-n", 4, *args, timeout=TIMEOUT)
     assert_clean_failure(done, "would simulate", f"at most {concurrency.MAX_SIMULATED_TASKS:,}", way)
+
+
+def test_a_thousand_requests_in_flight_on_one_lane_finish(msopt):
+    """More ops waiting for an inter-op thread than threads: the waiting ops queue apart instead of going back to
+    the event heap at every launch, so the load is simulated in seconds, not hours."""
+    done = msopt("simulate", SAMPLES / "deepfm_tf1", "-n", 4, "-c", 1024, "--lanes", 1, "--json", timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["load"]["requests_simulated"] == 4096
 
 
 # msopt tune: the candidate set and the steps, before anything loads.

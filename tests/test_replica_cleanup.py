@@ -96,7 +96,7 @@ def test_a_signal_to_the_parent_ends_every_worker_and_leaves_no_temporary_file(t
     if signum == signal.SIGINT:
         assert parent.returncode == 130 and err.strip() == "msopt: error: interrupted"
     elif signum == signal.SIGTERM:
-        assert parent.returncode == 128 + signal.SIGTERM and err.strip() == "msopt: error: stopped by SIGTERM"
+        assert parent.returncode == 128 + signal.SIGTERM and err.strip() == "msopt: error: interrupted"
 
 
 def test_a_crashed_worker_ends_the_run_and_its_files_go_too(tmp_path, reaper):

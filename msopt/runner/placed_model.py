@@ -11,6 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from msopt.errors import held
 from msopt.runner.devices import configure_devices, gpu_layout, tensorflow_errors
 from msopt.runner.executable import Executable
 from msopt.runner.tensorflow_runtime import import_tensorflow
@@ -116,11 +117,12 @@ class Runner:
         return collected
 
     def close(self):
-        try:
-            for executable in (self.executable, self._session):
-                if executable is not None:
-                    executable.close()
-        finally:
-            os.chdir(self._cwd)
-            with contextlib.suppress(OSError):  # already gone when a replica run's directory went first
-                self._workdir.cleanup()
+        with held():  # a first signal here waits for the work folder to go
+            try:
+                for executable in (self.executable, self._session):
+                    if executable is not None:
+                        executable.close()
+            finally:
+                os.chdir(self._cwd)
+                with contextlib.suppress(OSError):  # already gone when a replica run's directory went first
+                    self._workdir.cleanup()

@@ -30,10 +30,10 @@ def timed_steps(steps, iterations, warmup, barrier=None):
     from msopt.runner.replicas import wait_for_start
 
     bar = None
-    if sys.stderr.isatty() and not barrier:
-        bar = click.progressbar(length=iterations, label="msopt: measuring", file=sys.stderr)
-        bar.__enter__()
     try:
+        if sys.stderr.isatty() and not barrier:
+            bar = click.progressbar(length=iterations, label="msopt: measuring", file=sys.stderr)
+            bar.__enter__()
         measure(steps, 0, warmup)
         if barrier:
             wait_for_start(barrier)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from msopt.errors import InputError
+from msopt.errors import InputError, check_interrupted
 from msopt.graph import GraphView
 from msopt.inputs import InputGenerator, read_npz
 from msopt.runner.executable import Executable
@@ -97,6 +97,7 @@ def executed_differences(before, after, signature, feeds, devices, soft_placemen
     try:
         graphs = [_executed(exe, signature, feeds, devices, soft_placement) for exe in (before, after)]
     except Exception as e:  # the runs themselves succeeded a moment ago; explaining is best effort
+        check_interrupted()  # unless the error is an interrupt TensorFlow turned into its own
         return [{"node": None, "why": f"could not trace the runs: {error_line(e)}"}]
     old, new = graphs
     rows = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from msopt.errors import InputError
+from msopt.errors import InputError, check_interrupted
 
 
 def lane_label(lanes, concurrency):
@@ -49,6 +49,7 @@ def measure_lanes(config, model, view, streams, signature, feeds, expected, batc
             steps = [[pool.step(lane, signature, f) for f in feeds] for lane in range(k)]
             checked = drive(steps, max(k * len(feeds), 2 * concurrency), concurrency, keep_outputs=True)
         except Exception as e:  # a lane count TensorFlow refuses is discarded, not the whole tune
+            check_interrupted()  # unless the error is an interrupt TensorFlow turned into its own
             if not (isinstance(e, InputError) or type(e).__module__.startswith("tensorflow")):
                 raise
             row["discarded"] = f"TensorFlow cannot run it: {e if isinstance(e, InputError) else error_line(e)}"
