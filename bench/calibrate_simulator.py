@@ -4,7 +4,7 @@ One method for every figure (bench/calibration/method.py): build the figure's mo
 or a Criteo-shaped deepctr DeepFM for the recommendation figures; weights=None, cached like the tests'
 fixtures), plan it with `auto` on 2, 4 and 8 streams of the figure's target at its batch size, keep the
 best point estimate, and report its speedup over one stream with its range over the host model's
-uncertain constants (msopt.uncertainty: the corners of launch contention, host cost, copy engine).
+uncertain constants (msopt.simulator.uncertainty: the corners of launch contention, host cost, copy engine).
 Target: the published ratio inside the simulated range and the point within +-25% of it. The figures,
 their sources and what each assumes are in bench/calibration/figures.py; figures that cannot be mapped
 are listed with the reason. Request-level figures (several queries in flight) are mapped onto one
@@ -31,17 +31,17 @@ sys.path.insert(0, str(ROOT / "bench"))
 from calibration.figures import FIGURES  # noqa: E402
 from calibration.method import TOLERANCE, calibrate  # noqa: E402
 
-from msopt import kernels  # noqa: E402
-from msopt.cost import CostModel  # noqa: E402
-from msopt.graph import GraphView  # noqa: E402
-from msopt.simulate import simulate  # noqa: E402
+from msopt.graph.view import GraphView  # noqa: E402
+from msopt.simulator import kernels  # noqa: E402
+from msopt.simulator.cost import CostModel  # noqa: E402
+from msopt.simulator.simulate import simulate  # noqa: E402
 
 
 def synthetic_graph(nodes, width=50, seed=1):
     """A layered DAG: ``width`` placeholders, then elementwise ops reading 1 or 2 of the last 3 layers."""
     import random
 
-    from msopt import protos
+    from msopt.graph import protos
 
     rng = random.Random(seed)
     graph = protos.GraphDef()

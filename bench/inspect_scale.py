@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from msopt import protos
+from msopt.graph import protos
 
 NODES = 50_000
 TARGET_S = 2.0

@@ -5,11 +5,11 @@ reported), on a DeepFM-class TF2 SavedModel (sample_models/deepfm_tf2) with shar
 CPU figures: on a 2-core machine they show the mechanism (requests spread over lanes, each on its own
 device), not the gain lanes give on a GPU, where each lane is a virtual GPU with its own compute stream.
 
-The overhead is the time per request of ``msopt``'s lane path (msopt.runner.lanes.Lanes.step driven
-by msopt.runner.lanes_load.drive) over a plain threaded TensorFlow loop calling the same signature
+The overhead is the time per request of ``msopt``'s lane path (msopt.lanes.lanes.Lanes.step driven
+by msopt.lanes.load.drive) over a plain threaded TensorFlow loop calling the same signature
 from the same number of threads, with no device scope. Target: <= 1.05.
 
-Next to them, the simulated h100 curve (``msopt simulate --concurrency``, msopt.concurrency) of a
+Next to them, the simulated h100 curve (``msopt simulate --concurrency``, msopt.simulator.concurrency) of a
 DeepFM-class model built by deepctr (tests/zoo_models.py, needs TensorFlow and deepctr to build it
 once) at batch 1, 64 and 512: requests/s against concurrency 1-32 for 1-4 lanes of the plan's
 streams (auto, at most 2), and the recommendation at concurrency 16 with its range over the host
@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from msopt.graph import GraphView  # noqa: E402
+from msopt.graph.view import GraphView  # noqa: E402
 from msopt.load import load  # noqa: E402
 from msopt.runner.feeds import make_records  # noqa: E402
 
@@ -71,7 +71,7 @@ SIMULATED_CONCURRENCY = 16  # where the recommendation is made
 def simulated_curve(progress=print):
     """The simulated h100 curves of deepctr's DeepFM at each batch size of SIMULATED_BATCHES."""
     import msopt
-    from msopt.host_model import RANGES
+    from msopt.simulator.host_model import RANGES
 
     sys.path.insert(0, str(ROOT / "tests"))
     from zoo_models import zoo_model
@@ -154,8 +154,8 @@ def main():
         print(json.dumps(sim, indent=1)) if args.json else print_simulated(sim)
         return
 
-    from msopt.runner.lanes import Lanes
-    from msopt.runner.lanes_load import drive
+    from msopt.lanes.lanes import Lanes
+    from msopt.lanes.load import drive
 
     model = load(MODEL)
     view = GraphView(model.graph_def)

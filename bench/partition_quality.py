@@ -1,7 +1,7 @@
 """Quality benchmark: simulated makespan of every policy on the sample models and four keras.applications models.
 
 For each model, batch size (1, 32) and stream count (2, 4, 8), each policy's plan goes
-through the constraints (as `msopt partition` does) and the simulator (msopt.simulate) on
+through the constraints (as `msopt partition` does) and the simulator (msopt.simulator.simulate) on
 the target GPU: makespan, ratio to the lower bound, syncs, bytes copied, planning time.
 Policies: one stream, round-robin (node i of a topological order on stream i mod N: the
 naive baseline), chains, embedding (where the model has embedding lookups), and auto.
@@ -152,8 +152,8 @@ def round_robin(view, streams):
 
 def plan_for(policy, view, streams, cost, model):
     """(partition after the constraints, planning seconds, auto's notes) or None when the policy does not apply."""
-    from msopt.constraints import apply
-    from msopt.plan import PlanOptions, make_plan
+    from msopt.planning.constraints import apply
+    from msopt.planning.plan import PlanOptions, make_plan
 
     notes = []
     started = time.perf_counter()
@@ -170,10 +170,10 @@ def plan_for(policy, view, streams, cost, model):
 
 
 def run(models, batches, stream_counts, target):
-    from msopt.cost import CostModel
-    from msopt.graph import GraphView
+    from msopt.graph.view import GraphView
     from msopt.load import load
-    from msopt.simulate import simulate
+    from msopt.simulator.cost import CostModel
+    from msopt.simulator.simulate import simulate
 
     rows = []
     for name in models:

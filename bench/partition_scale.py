@@ -3,12 +3,12 @@
 Each size runs in its own process (so peak memory is that size's alone): build a layered DAG
 (each op reads 1 to 3 ops of the previous layer, now and then one from up to 8 layers back:
 fan-out 2 to 3 on average, branches and joins), build the graph view, then time make_plan.
-For auto, the cost model (msopt.cost) is built first and timed apart, as msopt partition
+For auto, the cost model (msopt.simulator.cost) is built first and timed apart, as msopt partition
 builds it for its report whatever the policy, step by step (flattening, shapes, the per-op
 pass); plan_s is make_plan (rule plus constraints), and for auto its steps (plan_parts_s: the
 constraint groups, each kind of candidate, the constraints per candidate, the simulations, the host
 corners, the constraints on the plan chosen, the rest). Times are wall seconds. The list schedules
-and the candidates' simulations run on a second thread beside the other steps (msopt.side_by_side):
+and the candidates' simulations run on a second thread beside the other steps (msopt.compiled.side_by_side):
 their seconds overlap the others' and are left out of the rest, and plan_cpu_s (CPU seconds of both
 threads) is printed too, which can exceed plan_s on two cores.
 Targets (issue 4): 1M nodes in at most 30 s and 4 GB, and time growing near-linearly
@@ -38,7 +38,7 @@ OPS = {1: "Relu", 2: "AddV2", 3: "AddN"}
 
 def layered_graph(size, seed=0):
     """A GraphDef of ``size`` ops in layers of WIDTH, 1 to 3 inputs each from earlier layers."""
-    from msopt import protos
+    from msopt.graph import protos
 
     rng = random.Random(seed)
     graph = protos.GraphDef()
@@ -77,8 +77,8 @@ def timing(parts, name, inner):
 
 def timed_cost_model(view):
     """(cost model, seconds, {step: seconds}): flattening, shape inference, and the per-op pass (the rest)."""
-    from msopt import cost as cost_module
-    from msopt.cost import CostModel, gc_paused
+    from msopt.simulator import cost as cost_module
+    from msopt.simulator.cost import CostModel, gc_paused
 
     parts = {}
     originals = cost_module.flat_run, cost_module.infer_shapes
@@ -101,7 +101,7 @@ SCHEDULES = "candidates: list schedules (on a second thread, while the groups ar
 
 def _time_search_steps(parts):
     """Time the auto search's steps into ``parts`` (wall seconds): [(owner, name, original)] to put back."""
-    from msopt import constraints
+    from msopt.planning import constraints
     from msopt.rules import auto
 
     steps = (
@@ -123,8 +123,8 @@ def _time_search_steps(parts):
 
 def measure(size, policy, streams):
     """In this process: build, view, plan; returns one result row."""
-    from msopt.graph import GraphView
-    from msopt.plan import PlanOptions, make_plan
+    from msopt.graph.view import GraphView
+    from msopt.planning.plan import PlanOptions, make_plan
 
     started = time.perf_counter()
     graph = layered_graph(size)
@@ -155,7 +155,7 @@ def measure(size, policy, streams):
         "policy": policy,
         "streams": streams,
         "plan_s": round(elapsed, 3),
-        "plan_cpu_s": round(cpu, 3),  # both threads' CPU seconds (msopt.side_by_side)
+        "plan_cpu_s": round(cpu, 3),  # both threads' CPU seconds (msopt.compiled.side_by_side)
         "build_s": round(built, 3),
         "cost_model_s": cost_s,
         "cost_model_parts_s": cost_parts,

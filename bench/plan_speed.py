@@ -137,23 +137,26 @@ class Clock:
 
 def breakdown(path, streams):
     """One in-process `msopt partition` of ``path``, its steps timed (seconds)."""
-    from msopt import cost as cost_module
-    from msopt import emit, flat, plan, shapes
+    from msopt import emit
     from msopt.api import _as_written, simulated_figures
-    from msopt.gc_pause import gc_paused
-    from msopt.links import view_constraints
+    from msopt.compiled.gc_pause import gc_paused
+    from msopt.graph import flat
     from msopt.load import open_model
-    from msopt.partition import summarize
-    from msopt.placed_streams import PlacedStreams
-    from msopt.plan import PlanOptions, build_cost_model, make_plan
+    from msopt.planning import plan
+    from msopt.planning.links import view_constraints
+    from msopt.planning.partition import summarize
+    from msopt.planning.placed_streams import PlacedStreams
+    from msopt.planning.plan import PlanOptions, build_cost_model, make_plan
     from msopt.rules import auto
+    from msopt.simulator import cost as cost_module
+    from msopt.simulator import shapes
 
     clock = Clock()
     total = time.process_time()
     with clock("load + view"):
         loaded, view = open_model(path)
     with clock("view"):  # the graph view alone, built again
-        from msopt.graph import GraphView
+        from msopt.graph.view import GraphView
 
         GraphView(loaded.graph_def)
     # The cost model's steps, timed inside it: flattening, shapes, the per-op pass is the rest.
@@ -301,7 +304,7 @@ def main():
         rows.append(row)
         if not args.json:
             print(json.dumps(row), file=sys.stderr)
-    from msopt import jit
+    from msopt.compiled import jit
 
     loops = (
         "the prebuilt extension (msopt/_loops)"

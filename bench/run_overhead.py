@@ -29,8 +29,8 @@ def side_by_side(path, blocks, steps, batch_size):
 
     import numpy as np
 
-    from msopt.graph import GraphView
-    from msopt.inputs import random_inputs
+    from msopt.files.inputs import random_inputs
+    from msopt.graph.view import GraphView
     from msopt.load import load
     from msopt.runner.placed_model import Runner
     from msopt.runner.timing import measure

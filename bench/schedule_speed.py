@@ -37,8 +37,8 @@ class LayeredCost:
     """The parts of a cost model the list schedule reads, over a synthetic layered DAG of ``size`` op instances."""
 
     def __init__(self, size, seed=0):
-        from msopt.flat import Tasks
-        from msopt.targets import DEFAULT_TARGET, TARGETS
+        from msopt.graph.flat import Tasks
+        from msopt.simulator.targets import DEFAULT_TARGET, TARGETS
 
         rng = random.Random(seed)
         t = self.tasks = Tasks()
@@ -83,9 +83,11 @@ def measure(size):
     import numpy as np
     import reference_schedules as ref
 
-    from msopt import list_schedule, order
-    from msopt.rules.chains import greedy_cover_array, greedy_path_cover
+    from msopt.graph import order
+    from msopt.graph.path_cover import greedy_cover_array
+    from msopt.rules.chains import greedy_path_cover
     from msopt.rules.walk import Dag
+    from msopt.simulator import list_schedule
 
     warm = LayeredCost(200, seed=1)  # compile or load every kernel before timing
     list_schedule.schedule(warm, 2)
@@ -146,7 +148,8 @@ started = time.perf_counter()
 import numba
 imported = time.perf_counter() - started
 from schedule_speed import LayeredCost
-from msopt import list_schedule, order
+from msopt.simulator import list_schedule
+from msopt.graph import order
 cost = LayeredCost(200)
 started = time.perf_counter()
 list_schedule.schedule(cost, 2)

@@ -31,7 +31,7 @@ t0 = time.process_time()
 import sys
 sys.path[:0] = [{root!r}, {tests!r}]
 from random_tasks import layered_cost_model
-from msopt.simulate import _run
+from msopt.simulator.simulate import _run
 cm = layered_cost_model(200)
 t1 = time.process_time()
 _run(cm, 4, [(i % 64) // 16 for i in range(len(cm))], True)
@@ -55,7 +55,7 @@ def measure(size, repeat):
     import reference_simulator as reference
     from random_tasks import layered_cost_model
 
-    from msopt.simulate import _run, task_arrays
+    from msopt.simulator.simulate import _run, task_arrays
 
     cm = layered_cost_model(size)
     stream_of = [(i % 64) // 16 for i in range(size)]

@@ -100,7 +100,7 @@ class Bench:
     """One model in a single-threaded Session, its split at the boundary, and the input records."""
 
     def __init__(self, path, boundary, records, batch_size, intra=1, inter=2):
-        from msopt.graph import GraphView
+        from msopt.graph.view import GraphView
         from msopt.load import load
         from msopt.runner.placed_model import Runner
         from msopt.runner.stage import SessionSplit

@@ -47,7 +47,7 @@ def cli_seconds(args, repeats):
 def breakdown(model_path, out_dir):
     """Seconds per step of the folded view, in this process."""
     from msopt import visualize as draw
-    from msopt.graph import GraphView
+    from msopt.graph.view import GraphView
     from msopt.load import load
 
     steps = {}

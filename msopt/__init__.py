@@ -35,7 +35,7 @@ def __getattr__(name):
 class _Package(types.ModuleType):
     """Importing the modules msopt.inspect, msopt.partition or msopt.simulate must not hide the API functions
     of the same names: Python binds a submodule to its package's attribute once imported; these stay unbound
-    (``from msopt.simulate import ...`` and ``import msopt.simulate`` still work, through sys.modules)."""
+    (``from msopt.simulator.simulate import ...`` and ``import msopt.simulator.simulate`` still work, through sys.modules)."""
 
     def __setattr__(self, name, value):
         if API.get(name) == "msopt.api" and isinstance(value, types.ModuleType):

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Optional, Union
 
-from msopt import output_guard
 from msopt.errors import InputError, VerifyFailed
-from msopt.output_guard import Output, given
-from msopt.plan import (
+from msopt.files import output_guard
+from msopt.files.output_guard import Output, given
+from msopt.planning.plan import (
     CostOptions,
     HostOptions,
     ManualOptions,
@@ -36,7 +36,7 @@ MAX_WARNINGS = 10  # unmatched rules warned about one by one; the rest are count
 
 def inspect(model: PathLike, tags: str | None = None) -> dict[str, Any]:
     """What a model holds (format, tag sets, signatures, sizes, op types, streams, devices): `msopt inspect --json`."""
-    from msopt.contents import describe
+    from msopt.graph.contents import describe
     from msopt.load import open_model
 
     loaded, view = open_model(os.fspath(model), tags)
@@ -83,7 +83,7 @@ def partition(
     """
     from msopt import emit
     from msopt.load import open_model
-    from msopt.partition import summarize
+    from msopt.planning.partition import summarize
 
     say = progress or _quiet
     started = time.perf_counter()
@@ -105,7 +105,7 @@ def partition(
     say(f"loading {model}")
     loaded, view = open_model(model, tags)
     if inputs:
-        from msopt.inputs import read_signature_inputs
+        from msopt.files.inputs import read_signature_inputs
 
         if not verify:
             raise InputError("--inputs feeds --verify: add --verify")
@@ -211,10 +211,10 @@ def simulate(
     The figures carry their ranges over the host assumptions (``speedup_range``, ``makespan_ms_range``) and
     ``robust`` (at least as fast as one stream under every one); ``host_profile`` and ``merge_copy_streams``
     as for `partition`. With ``concurrency`` (or ``lanes``), ``document["load"]`` also simulates that many
-    requests in flight over 1..``lanes`` lanes of the plan's streams (msopt.concurrency.report).
+    requests in flight over 1..``lanes`` lanes of the plan's streams (msopt.simulator.concurrency.report).
     """
     from msopt.load import open_model
-    from msopt.simulate import simulate as run_simulation
+    from msopt.simulator.simulate import simulate as run_simulation
 
     say = progress or _quiet
     started = time.perf_counter()
@@ -257,12 +257,12 @@ def simulate(
         "elapsed_s": round(time.perf_counter() - started, 3),
     }
     if concurrency is not None or lanes is not None:
-        from msopt.concurrency import report as load_report
+        from msopt.simulator.concurrency import report as load_report
 
         document["load"] = load_report(cost_model, planned.partition, streams, concurrency or 1, lanes or 1, say)
         document["elapsed_s"] = round(time.perf_counter() - started, 3)
     if timeline:
-        from msopt.timeline import chrome_trace
+        from msopt.simulator.timeline import chrome_trace
 
         _write_json(timeline, chrome_trace(result))
         document["timeline"] = timeline
@@ -271,10 +271,10 @@ def simulate(
 
 def _as_written(view, result, cost_model, loaded, written):
     """(cost model, partition, simulate.Result) to report: the written model's run when constants were moved or
-    copied into streams (each stream then handles its own copy, which the host model times; msopt.written_run),
+    copied into streams (each stream then handles its own copy, which the host model times; msopt.planning.written_run),
     else the plan's."""
-    from msopt.simulate import simulate
-    from msopt.written_run import simulated_as_written
+    from msopt.planning.written_run import simulated_as_written
+    from msopt.simulator.simulate import simulate
 
     if written and result.written is not None:  # the plan simulated it, weighing Const moves against copies
         return result.written
@@ -286,7 +286,7 @@ def _as_written(view, result, cost_model, loaded, written):
 def simulated_figures(view, partition, streams, cost_model, result) -> dict[str, Any]:
     """The simulation report of a plan (``result``, its simulate.Result) with its ranges over the host assumptions
     and ``robust``."""
-    from msopt.uncertainty import ranges
+    from msopt.simulator.uncertainty import ranges
 
     return {**result.report(), **ranges(view, partition, streams, cost_model, result)}
 
@@ -314,6 +314,6 @@ def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
 
 def _write_json(path: str, document: dict[str, Any]) -> None:
     """Write a JSON file whole (replacing it in one step)."""
-    from msopt.outputs import write_bytes
+    from msopt.files.outputs import write_bytes
 
     write_bytes(path, json.dumps(document, indent=2, default=str).encode())

@@ -2,14 +2,15 @@
 
 Stream ids become ``_stream_id`` attributes (and, with placement "device", device strings,
 which survive grappler's fusions). The input is never touched; the output appears whole or
-not at all (built beside it, then swapped into place: see msopt.outputs).
+not at all (built beside it, then swapped into place: see msopt.files.outputs).
 """
 
 import shutil
 from pathlib import Path
 
-from msopt import output_guard, outputs, protos
-from msopt.graph import MAIN, STREAM_ATTR, node_key
+from msopt.files import output_guard, outputs
+from msopt.graph import protos
+from msopt.graph.view import MAIN, STREAM_ATTR, node_key
 
 SKIPPED_FILES = {"saved_model.pb", "saved_model.pbtxt", "fingerprint.pb"}  # fingerprint would be stale
 
@@ -23,7 +24,7 @@ def default_output(model_path, streams):
 
 
 def check_output(model, out, force, option="-o"):
-    """Refuse an output that msopt.output_guard refuses for the model ``model``: checked again right before writing."""
+    """Refuse an output that msopt.files.output_guard refuses for the model ``model``: checked again right before writing."""
     output_guard.check([model.path], [output_guard.Output(option, out, "model")], force)
 
 
@@ -37,7 +38,7 @@ def device_name(device_type, stream):
 def rewrite_meta_graph(out, partition, placement="attr", device_type="gpu", const_copies=None, view=None):
     """``out`` (a MetaGraphDef, changed in place) made to carry the partition; nodes outside it lose any _stream_id.
 
-    ``const_copies`` ({Const key: [streams]}, from msopt.const_copies) adds one copy of
+    ``const_copies`` ({Const key: [streams]}, from msopt.planning.const_copies) adds one copy of
     each listed Const per stream, consumed by that stream's nodes instead of the original. ``view`` (the
     GraphView of ``out`` as it was read) finds their consumers without reading every node.
     """

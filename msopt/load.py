@@ -10,9 +10,9 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 from google.protobuf.text_format import ParseError
 
-from msopt import protos
 from msopt.errors import InputError
-from msopt.validate import validate, validate_objects
+from msopt.graph import protos
+from msopt.graph.validate import validate, validate_objects
 
 SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 # Signatures TensorFlow uses internally to name an op, not tensors: not user signatures.
@@ -186,8 +186,8 @@ def _check(model):
 
 def open_model(path, tags=None):
     """(Model, GraphView) of the model at ``path``: what every command starts from."""
-    from msopt.gc_pause import gc_paused
-    from msopt.graph import GraphView
+    from msopt.compiled.gc_pause import gc_paused
+    from msopt.graph.view import GraphView
 
     with gc_paused():  # the checks and the view allocate a node object per NodeDef, none of them cyclic
         model = load(path, tags)

@@ -21,7 +21,7 @@ import functools
 import sys
 import types
 
-from msopt.graph import STREAM_ATTR
+from msopt.graph.view import STREAM_ATTR
 
 _STACK = "_msopt_stream_stack"  # attribute holding the open stream blocks of a tf.Graph
 
@@ -77,9 +77,10 @@ def place(graph=None, streams=None, device_type="gpu", gpus=None):
     """
     import tensorflow as tf
 
-    from msopt import constraints, protos
     from msopt.emit import device_name
-    from msopt.graph import GraphView
+    from msopt.graph import protos
+    from msopt.graph.view import GraphView
+    from msopt.planning import constraints
 
     graph = graph or tf.compat.v1.get_default_graph()
     view = GraphView(protos.GraphDef.FromString(graph.as_graph_def().SerializeToString()))

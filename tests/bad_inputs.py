@@ -5,8 +5,8 @@ from pathlib import Path
 from click.testing import CliRunner
 from conftest import SAMPLES
 
-from msopt import protos
 from msopt.cli import main
+from msopt.graph import protos
 
 LINREG_TEXT = SAMPLES / "linreg_frozen.pbtxt"
 

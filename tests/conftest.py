@@ -131,7 +131,7 @@ def sample(tmp_path):
 @pytest.fixture(scope="session")
 def sample_view():
     """``open(name)``: (model, view) of a sample model (a name under sample_models/, or a path), loaded read only."""
-    from msopt.graph import GraphView
+    from msopt.graph.view import GraphView
     from msopt.load import load
 
     def open_(name):
@@ -144,7 +144,7 @@ def sample_view():
 @pytest.fixture
 def sample_cost(sample_view):
     """``build(name, **options)``: (model, view, cost model) of a sample model; options go to CostModel (target=...)."""
-    from msopt.cost import CostModel
+    from msopt.simulator.cost import CostModel
 
     def build(name, **options):
         model, view = sample_view(name)
@@ -265,7 +265,7 @@ def transformer():
 @pytest.fixture(scope="session")
 def hand_graph():
     """``build(spec)``: a GraphDef from spec [(name, op, [input refs])], refs as in a NodeDef ('a', 'a:1', '^a')."""
-    from msopt import protos
+    from msopt.graph import protos
 
     def build(spec):
         graph = protos.GraphDef()
@@ -279,7 +279,7 @@ def hand_graph():
 @pytest.fixture(scope="session")
 def hand_view(hand_graph):
     """``build(spec)``: the graph view of a hand-built graph (spec as for ``hand_graph``)."""
-    from msopt.graph import GraphView
+    from msopt.graph.view import GraphView
 
     return lambda spec: GraphView(hand_graph(spec))
 
@@ -296,7 +296,7 @@ def diamond(hand_view):
 def fork_join(hand_view):
     """``build(kernel_us, width=2, target="v100")``: (view, cost model, keys) of x -> b0..b(width-1) -> join, the
     branches MatMuls of ``kernel_us`` each, the join an AddN of 5 us; keys are the branches' and the join's."""
-    from msopt.cost import CostModel
+    from msopt.simulator.cost import CostModel
 
     def build(kernel_us, width=2, target="v100"):
         keys = [f"b{i}" for i in range(width)]

@@ -6,7 +6,7 @@ and the TF2 object graph. ``make_variant(rng, seeds)`` gives one mutated model a
 
 from pathlib import Path
 
-from msopt import protos
+from msopt.graph import protos
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_models"
 # (sample, weight): small models more often, so that a run of hundreds stays short.

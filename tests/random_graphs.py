@@ -2,7 +2,7 @@
 
 import random
 
-from msopt import protos
+from msopt.graph import protos
 
 FLOAT, INT32, HALF = 1, 3, 19
 UNARY = ("Relu", "Tanh", "Identity", "Sigmoid", "Cast", "Shape", "Size", "Exp", "Softplus", "Neg")

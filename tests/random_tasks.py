@@ -2,8 +2,8 @@
 
 import random
 
-from msopt.cost import CostModel, Target
-from msopt.flat import Tasks
+from msopt.graph.flat import Tasks
+from msopt.simulator.cost import CostModel, Target
 
 SHARES = (1 / 80, 0.25, 0.5, 1.0)
 
@@ -88,7 +88,7 @@ def layered_cost_model(size, width=64, seed=0, target=None):
     duration = [rng.uniform(2.0, 30.0) if k else 0.0 for k in kernel]
     share = [rng.choice(SHARES) if k else 0.0 for k in kernel]
     out_bytes = [[rng.choice((4096, 65536, 1 << 20))] for _ in range(size)]
-    from msopt.cost import TARGETS
+    from msopt.simulator.cost import TARGETS
 
     return cost_model_of(t, kernel, neutral, duration, share, out_bytes, target or TARGETS["v100"])
 

@@ -1,15 +1,16 @@
 """Reference cost model: shape inference and the per-op pass one task at a time, as before the array version.
 
-Kept out of the package: tests compare msopt.cost.CostModel with ``reference(...)`` figure for figure.
+Kept out of the package: tests compare msopt.simulator.cost.CostModel with ``reference(...)`` figure for figure.
 """
 
 import math
 
 from reference_flat import flat_run
 
-from msopt.cost import load_costs
-from msopt.graph import MAIN
-from msopt.kernels import (
+from msopt.graph.op_tables import NEUTRAL_OPS, NO_KERNEL_OPS
+from msopt.graph.view import MAIN
+from msopt.simulator.cost import load_costs
+from msopt.simulator.kernels import (
     COMPUTE_EFFICIENCY,
     DTYPE_BYTES,
     ELEMENTWISE_OUTPUTS_PER_THREAD,
@@ -19,9 +20,8 @@ from msopt.kernels import (
     MEMORY_EFFICIENCY,
     MIN_KERNEL_US,
 )
-from msopt.op_tables import NEUTRAL_OPS, NO_KERNEL_OPS
-from msopt.shapes import _output_dtypes, _propagate, _recorded_shapes, flag
-from msopt.targets import DEFAULT_TARGET, TARGETS
+from msopt.simulator.shapes import _output_dtypes, _propagate, _recorded_shapes, flag
+from msopt.simulator.targets import DEFAULT_TARGET, TARGETS
 
 
 class Reference:

@@ -1,13 +1,13 @@
 """Reference flattening: the per-node builder and renumbering as they were before the array version (for tests).
 
-Kept out of the package: tests compare msopt.flat's tasks with these, list for list.
+Kept out of the package: tests compare msopt.graph.flat's tasks with these, list for list.
 """
 
-from msopt.flat import argument_input, is_call, opened_functions, signature_roots
-from msopt.graph import MAIN
-from msopt.op_tables import BACK_EDGE_OPS
-from msopt.op_tables import output_index as _output_index
-from msopt.order import topological_order
+from msopt.graph.flat import argument_input, is_call, opened_functions, signature_roots
+from msopt.graph.op_tables import BACK_EDGE_OPS
+from msopt.graph.op_tables import output_index as _output_index
+from msopt.graph.order import topological_order
+from msopt.graph.view import MAIN
 
 
 class Tasks:

@@ -1,7 +1,7 @@
 """The simulator's event loop as plain Python, as it was before it was compiled: the reference the tests compare with.
 
-``run(cm, streams, stream_of, record_waits, requests)`` is msopt.simulate's former ``_run``, unchanged but for
-returning its raw figures; ``Copies`` and ``Requests`` are msopt.concurrency's former request loop.
+``run(cm, streams, stream_of, record_waits, requests)`` is msopt.simulator.simulate's former ``_run``, unchanged but for
+returning its raw figures; ``Copies`` and ``Requests`` are msopt.simulator.concurrency's former request loop.
 """
 
 import copy
@@ -10,7 +10,7 @@ from collections import deque
 
 
 def run(cm, streams, stream_of, record_waits, requests=None):
-    """One run; ``requests`` (msopt.concurrency.Requests) runs several requests in flight: its own executors per
+    """One run; ``requests`` (msopt.simulator.concurrency.Requests) runs several requests in flight: its own executors per
     request (``executor_of``), sources gated until ``requests.done`` releases them, the streams shared."""
     t, target = cm.tasks, cm.target
     n = len(t.key)
@@ -242,7 +242,7 @@ def run(cm, streams, stream_of, record_waits, requests=None):
 
 
 class Copies:
-    """R copies of a cost model's tasks, in the shape msopt.simulate's event loop reads (task i of copy r is
+    """R copies of a cost model's tasks, in the shape msopt.simulator.simulate's event loop reads (task i of copy r is
     r * n + i)."""
 
     def __init__(self, cost_model, copies):

@@ -89,9 +89,9 @@ def test_an_existing_output_is_refused_then_replaced_with_force(tmp_path):
 
 
 def test_the_api_functions_survive_importing_the_modules_of_the_same_names():
-    import msopt.partition  # noqa: F401  (the partition summary module)
-    import msopt.simulate  # noqa: F401  (the simulator)
-    from msopt.simulate import simulate as simulator
+    import msopt.planning.partition  # noqa: F401  (the partition summary module)
+    import msopt.simulator.simulate  # noqa: F401  (the simulator)
+    from msopt.simulator.simulate import simulate as simulator
 
     assert ms.simulate is not simulator and callable(ms.simulate) and callable(ms.partition)
     assert issubclass(ms.VerifyFailed, ms.CheckFailed)

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from msopt.constraints import apply
 from msopt.load import open_model
-from msopt.plan import CostOptions, PlanOptions, build_cost_model, make_plan, rule_options
+from msopt.planning.constraints import apply
+from msopt.planning.plan import CostOptions, PlanOptions, build_cost_model, make_plan, rule_options
 from msopt.rules import auto
-from msopt.simulate import stream_array
-from msopt.uncertainty import corner_figures_of, is_robust
+from msopt.simulator.simulate import stream_array
+from msopt.simulator.uncertainty import corner_figures_of, is_robust
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_models"
 
@@ -60,7 +60,7 @@ def test_placed_streams_are_the_constraints_then_the_runs_read(name):
 
     import numpy as np
 
-    from msopt.placed_streams import PlacedStreams
+    from msopt.planning.placed_streams import PlacedStreams
 
     model, view = open_model(SAMPLES / name)
     options = PlanOptions(streams=4)

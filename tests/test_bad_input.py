@@ -4,7 +4,7 @@ import pytest
 from conftest import SAMPLES
 from test_emit import tree_digest
 
-from msopt import protos
+from msopt.graph import protos
 
 
 def assert_clean_failure(result, *words):

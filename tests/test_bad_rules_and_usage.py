@@ -159,7 +159,7 @@ def test_stream_range_check_names_the_first_node_outside(value, ok):
     error names the first node outside [0, streams)."""
     import numpy as np
 
-    from msopt.partition import check_range
+    from msopt.planning.partition import check_range
 
     plan = {f"n{i}": i % 4 for i in range(50)} | {"odd": value, "last": 0}
     if ok:

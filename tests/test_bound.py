@@ -1,13 +1,13 @@
-"""The stream-count bounds of msopt.bound: what they add to the simulator's lower bound, and that no simulated plan beats them."""
+"""The stream-count bounds of msopt.simulator.bound: what they add to the simulator's lower bound, and that no simulated plan beats them."""
 
 import random
 
 import pytest
 from test_simulate import graph, target
 
-from msopt.bound import stream_bound
-from msopt.cost import CostModel
-from msopt.simulate import lower_bound, simulate
+from msopt.simulator.bound import stream_bound
+from msopt.simulator.cost import CostModel
+from msopt.simulator.simulate import lower_bound, simulate
 
 SHAPE = [1]
 

@@ -10,12 +10,13 @@ import pytest
 from conftest import SAMPLES
 from test_bad_input import assert_clean_failure
 
-from msopt import concurrency, protos
 from msopt.commands.options import FiniteFloat
 from msopt.errors import InputError
-from msopt.plan import PlanOptions, make_plan
+from msopt.graph import protos
+from msopt.planning.plan import PlanOptions, make_plan
+from msopt.simulator import concurrency
+from msopt.simulator.uncertainty import corner_models
 from msopt.tune.config import MAX_LANE_MODELS, MAX_PLANS, MAX_STEPS, TuneConfig
-from msopt.uncertainty import corner_models
 
 # Generous: these finish in a few seconds; the limit only tells a refusal from a runaway on a loaded machine.
 TIMEOUT = 60
@@ -28,7 +29,7 @@ def planned(sample_cost, name, streams):
 
 
 def counting(monkeypatch):
-    """Tasks simulated by msopt.concurrency from now on: [total] (every load goes through closed_loop)."""
+    """Tasks simulated by msopt.simulator.concurrency from now on: [total] (every load goes through closed_loop)."""
     seen = [0]
     real = concurrency.closed_loop
 
@@ -40,7 +41,7 @@ def counting(monkeypatch):
     return seen
 
 
-# Requests in flight (msopt.concurrency): what is counted is what is simulated, and too much is refused first.
+# Requests in flight (msopt.simulator.concurrency): what is counted is what is simulated, and too much is refused first.
 
 
 @pytest.mark.parametrize("c, lanes", [(1, 6), (2, 3), (5, 1)])

@@ -85,7 +85,8 @@ def test_verify_detects_a_changed_model(sample, tmp_path):
     """--verify is not a rubber stamp: a rewrite that changes a constant is caught."""
     import numpy as np
 
-    from msopt import emit, protos
+    from msopt import emit
+    from msopt.graph import protos
     from msopt.load import load
     from msopt.runner.verify import verify
 
@@ -148,7 +149,8 @@ def test_unregistered_op_inspects_and_partitions_but_cannot_run(msopt, tmp_path)
 
 def test_verify_reports_a_rewritten_model_that_fails_to_run(sample, tmp_path):
     """A rewrite TensorFlow cannot execute is a failed check (exit 1 in the CLI), not an internal error."""
-    from msopt import emit, protos
+    from msopt import emit
+    from msopt.graph import protos
     from msopt.load import load
     from msopt.runner.verify import verify
 

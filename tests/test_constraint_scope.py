@@ -1,6 +1,6 @@
 """The constraints' groups for a plan's scope: the whole view's groups that reach it, in the same order.
 
-msopt.links links only the function bodies a group reaching the scope enters (and the
+msopt.planning.links links only the function bodies a group reaching the scope enters (and the
 bodies calling them); these tests compare that with linking every body of a fresh view.
 """
 
@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from msopt.flat import flat_run
-from msopt.links import view_constraints
+from msopt.graph.flat import flat_run
+from msopt.planning.links import view_constraints
 
 pytestmark = pytest.mark.tf
 

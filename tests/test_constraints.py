@@ -12,11 +12,11 @@ import pytest
 from conftest import SAMPLES
 
 from msopt import emit
-from msopt.const_copies import const_copies
-from msopt.constraints import apply
-from msopt.graph import GraphView
-from msopt.host_only import STRING_ATTRS, host_only, is_host_op, says_string
+from msopt.graph.host_only import STRING_ATTRS, host_only, is_host_op, says_string
+from msopt.graph.view import GraphView
 from msopt.load import load
+from msopt.planning.const_copies import const_copies
+from msopt.planning.constraints import apply
 
 pytestmark = pytest.mark.tf
 

@@ -5,11 +5,11 @@ import json
 import pytest
 from conftest import SAMPLES
 
-from msopt import protos
-from msopt.cost import MIN_KERNEL_US, TARGETS, CostModel, load_costs
 from msopt.errors import InputError
-from msopt.graph import GraphView
+from msopt.graph import protos
+from msopt.graph.view import GraphView
 from msopt.load import load
+from msopt.simulator.cost import MIN_KERNEL_US, TARGETS, CostModel, load_costs
 
 
 def node(g, name, op, inputs=(), dtype=1, **attrs):

@@ -7,11 +7,11 @@ from conftest import SAMPLES
 from random_graphs import random_graph
 from reference_cost import Reference
 
-from msopt import shapes
-from msopt.cost import TARGETS, CostModel
 from msopt.errors import InputError
-from msopt.graph import GraphView
+from msopt.graph.view import GraphView
 from msopt.load import load
+from msopt.simulator import shapes
+from msopt.simulator.cost import TARGETS, CostModel
 
 TASK_FIELDS = ("key", "op", "instance", "inputs", "control", "instances")
 FIGURES = ("duration", "share", "kernel", "flops", "neutral", "out_bytes", "shapes", "unknown_shapes", "measured")
@@ -89,7 +89,7 @@ def test_huge_shapes_keep_exact_integers():
 
 def test_layered_graph_equals_the_reference(monkeypatch):
     """The benchmark's layered DAG (no attributes, no shapes) through the compiled unknown-shape pass."""
-    from msopt import protos
+    from msopt.graph import protos
 
     monkeypatch.setattr(shapes, "COMPILED_FROM", 10000)
     rng = random.Random(5)

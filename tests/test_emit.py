@@ -6,7 +6,7 @@ import pytest
 
 from msopt import emit
 from msopt.errors import InputError
-from msopt.graph import STREAM_ATTR, GraphView
+from msopt.graph.view import STREAM_ATTR, GraphView
 from msopt.load import load
 
 
@@ -111,7 +111,7 @@ def test_failure_midway_leaves_no_output_and_no_temporary(sample, tmp_path, monk
 
 
 def test_several_meta_graphs_select_by_tags_and_keep_the_others(sample, tmp_path):
-    from msopt import protos
+    from msopt.graph import protos
 
     src = sample("linreg_tf1")
     pb = src / "saved_model.pb"
@@ -138,7 +138,7 @@ def test_the_views_consumers_rewrite_the_same_model_as_reading_every_node(name, 
     bodies and edges instead of reading every NodeDef: the written model is the same, byte for byte."""
     import random
 
-    from msopt.const_copies import const_copies
+    from msopt.planning.const_copies import const_copies
     from tests.conftest import SAMPLES
 
     model = load(SAMPLES / name)

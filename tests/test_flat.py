@@ -1,4 +1,4 @@
-"""The flattened run (msopt.flat): the drawn, planned and simulated graphs of a signature are one set of op instances."""
+"""The flattened run (msopt.graph.flat): the drawn, planned and simulated graphs of a signature are one set of op instances."""
 
 import subprocess
 import sys
@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from msopt.cost import CostModel
-from msopt.flat import flat_run
-from msopt.graph import MAIN, GraphView
+from msopt.graph.flat import flat_run
+from msopt.graph.op_tables import CONTROL_FLOW_OPS, HIDDEN_IN_DRAWING
+from msopt.graph.order import longest_to_sink, priority_order, topological_order
+from msopt.graph.view import MAIN, GraphView
 from msopt.load import load
-from msopt.op_tables import CONTROL_FLOW_OPS, HIDDEN_IN_DRAWING
-from msopt.order import longest_to_sink, priority_order, topological_order
-from msopt.plan import PlanOptions, make_plan
+from msopt.planning.plan import PlanOptions, make_plan
 from msopt.rules import RuleOptions, run_rule
 from msopt.rules.walk import flatten
-from msopt.simulate import check_streams, stream_array, streams_of
+from msopt.simulator.cost import CostModel
+from msopt.simulator.simulate import check_streams, stream_array, streams_of
 from msopt.visualize import op_streams, signature_ops
 
 pytestmark = pytest.mark.tf
@@ -160,13 +160,13 @@ def test_op_tables_and_the_sort_are_defined_once():
         if "def topological_order(succs" in text or "def kahn_order(" in text or "def _topological(nodes" in text
     ]
     assert kahn == ["order.py"]
-    # One inliner: only msopt.flat opens the functions a node runs and binds their arguments to its inputs.
+    # One inliner: only msopt.graph.flat opens the functions a node runs and binds their arguments to its inputs.
     inliners = [p.name for p, text in sources.items() if "opened_functions(" in text or "argument_input(" in text]
     assert inliners == ["flat.py"]
 
 
 def test_cost_split_keeps_modules_small_and_names_importable():
-    from msopt import cost
+    from msopt.simulator import cost
 
     for name in (
         "CostModel",
@@ -180,7 +180,16 @@ def test_cost_split_keeps_modules_small_and_names_importable():
         "Tasks",
     ):
         assert hasattr(cost, name), name
-    for module in ("cost", "flat", "shapes", "kernels", "targets", "op_tables", "order", "gc_pause"):
+    for module in (
+        "simulator/cost",
+        "graph/flat",
+        "simulator/shapes",
+        "simulator/kernels",
+        "simulator/targets",
+        "graph/op_tables",
+        "graph/order",
+        "compiled/gc_pause",
+    ):
         lines = (ROOT / "msopt" / f"{module}.py").read_text().count("\n")
         assert lines < 400, (module, lines)
 

@@ -1,6 +1,6 @@
 """The fusion constraint, pattern by pattern: each group TensorFlow fuses (or sums on one device) stays on one stream.
 
-For every pattern of msopt.fusion a tiny graph is built with TensorFlow and run on two logical
+For every pattern of msopt.planning.fusion a tiny graph is built with TensorFlow and run on two logical
 CPU devices three ways: unpartitioned, with a plan that moves only the pattern's root to
 device 1 ("split"), and with the plan the constraints make of it ("constrained"). The executed
 partition graphs (RunMetadata) show what TensorFlow fused and where it ran. Split, a pattern is
@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from msopt import emit
-from msopt.constraints import apply
-from msopt.fusion import GROUPS, PATTERNS, fusion_groups
-from msopt.graph import GraphView
+from msopt.graph.view import GraphView
 from msopt.load import load
+from msopt.planning.constraints import apply
+from msopt.planning.fusion import GROUPS, PATTERNS, fusion_groups
 
 pytestmark = pytest.mark.tf
 
@@ -397,7 +397,7 @@ def runs(tmp_path_factory):
 def test_pattern_constrained_runs_fused_on_the_planned_device(runs, pattern):
     _, root, fused_op = EXECUTED[pattern]
     case = runs[pattern]
-    assert root in case["members"] and len(case["members"]) > 1, "msopt.fusion does not find the pattern"
+    assert root in case["members"] and len(case["members"]) > 1, "msopt.planning.fusion does not find the pattern"
     assert all(case["plan"][key] == 1 for key in case["members"]), "the constraint leaves the group split"
     assert any(m["constraint"] == "fusion" for m in case["merges"])
     original, constrained = case["original"]["executed"], case["constrained"]["executed"]
@@ -440,7 +440,7 @@ def test_pattern_is_grouped_at_the_proto_level(pattern):
     builder, root, why = PROTO_ONLY[pattern]
     view = GraphView(build(builder))
     found = groups_of(view, pattern)
-    assert found, f"msopt.fusion does not find {pattern} ({why})"
+    assert found, f"msopt.planning.fusion does not find {pattern} ({why})"
     group = next(g for g in found if root is None or root in g)
     plan, _ = apply(view, {sorted(group)[-1]: 1}, 2)
     streams = {plan.get(key) for key in group}
@@ -451,7 +451,7 @@ def test_pattern_is_grouped_at_the_proto_level(pattern):
 
 
 def _every_order(count, tested):
-    """What msopt.fusion._match first tried: every order of the inputs (the tested children's inputs in each)."""
+    """What msopt.planning.fusion._match first tried: every order of the inputs (the tested children's inputs in each)."""
     from itertools import permutations
 
     return [tuple(order[i] for i in tested) for order in permutations(range(count))]
@@ -463,7 +463,7 @@ def test_matching_each_distinct_assignment_once_equals_trying_every_order():
     the sample models."""
     from conftest import SAMPLES
 
-    from msopt.fusion import _match
+    from msopt.planning.fusion import _match
 
     graphs = [build(b) for b, *_ in list(EXECUTED.values()) + list(PROTO_ONLY.values()) if b is not None]
     graphs += [load(str(SAMPLES / name)).graph_def for name in ("deepfm_tf2", "towers_tf1", "stage_tf2")]

@@ -1,9 +1,9 @@
-"""Pausing the garbage collector around passes that allocate many acyclic objects (msopt.gc_pause)."""
+"""Pausing the garbage collector around passes that allocate many acyclic objects (msopt.compiled.gc_pause)."""
 
 import gc
 import weakref
 
-from msopt.gc_pause import gc_paused
+from msopt.compiled.gc_pause import gc_paused
 
 
 class Cell:

@@ -16,7 +16,7 @@ from conftest import SAMPLES, run_msopt
 from google.protobuf import text_format
 
 from msopt.errors import InputError
-from msopt.graph import GraphView
+from msopt.graph.view import GraphView
 from msopt.load import load
 from msopt.runner import gpu_layout
 from msopt.runner.devices import virtual_devices
@@ -305,7 +305,7 @@ def jit_scope_graph_def(colocated=False):
     import tensorflow as tf
     from tensorflow.python.compiler.xla import jit
 
-    from msopt import protos
+    from msopt.graph import protos
 
     graph = tf.Graph()
     with graph.as_default():
@@ -321,7 +321,7 @@ def jit_scope_graph_def(colocated=False):
 
 
 def test_a_jit_scope_cluster_shares_one_stream():
-    from msopt import constraints
+    from msopt.planning import constraints
 
     view = GraphView(jit_scope_graph_def())
     assert view.nodes["a"].proto.attr["_XlaCompile"].b
@@ -333,8 +333,9 @@ def test_a_jit_scope_cluster_shares_one_stream():
 def test_clusters_and_colocations_are_the_same_where_the_view_notes_their_attributes():
     """With a library the view notes _XlaCompile, _xla_compile_id and _class while it reads each node's calls, and
     the linkers read only the nodes noted: the nodes and groups are those of a view reading every node."""
-    from msopt import constraints, protos
-    from msopt.graph import NOTED_ATTRS
+    from msopt.graph import protos
+    from msopt.graph.view import NOTED_ATTRS
+    from msopt.planning import constraints
 
     plain = jit_scope_graph_def(colocated=True)
     with_library = protos.GraphDef.FromString(plain.SerializeToString())
@@ -351,7 +352,7 @@ def test_clusters_and_colocations_are_the_same_where_the_view_notes_their_attrib
 
 
 def test_an_auto_clustered_compile_and_its_run_share_one_stream(hand_view):
-    from msopt import constraints
+    from msopt.planning import constraints
 
     # The shape XLA's build_xla_ops_pass gives a cluster: _XlaCompile -> _XlaRun (key) -> _XlaMerge.
     graph = hand_view(
@@ -372,7 +373,8 @@ def test_an_auto_clustered_compile_and_its_run_share_one_stream(hand_view):
 def test_a_jit_compile_function_call_keeps_its_body_on_the_callers_stream():
     import tensorflow as tf
 
-    from msopt import constraints, protos
+    from msopt.graph import protos
+    from msopt.planning import constraints
 
     @tf.function(jit_compile=True)
     def inner(v):

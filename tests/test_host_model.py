@@ -8,11 +8,11 @@ import pytest
 from conftest import SAMPLES
 from test_simulate import SMALL, at, graph, run, target
 
-from msopt.cost import TARGETS, CostModel
-from msopt.graph import GraphView
-from msopt.host_model import BOX, RANGES, corners, load_host_profile, ranges_for
+from msopt.graph.view import GraphView
 from msopt.load import load
-from msopt.uncertainty import corner_figures, ranges
+from msopt.simulator.cost import TARGETS, CostModel
+from msopt.simulator.host_model import BOX, RANGES, corners, load_host_profile, ranges_for
+from msopt.simulator.uncertainty import corner_figures, ranges
 
 MANY = 1024  # inter-op threads: the pool never binds
 
@@ -103,7 +103,7 @@ def test_each_further_stream_starts_its_executor_later():
 
 
 def test_product_targets_carry_the_host_defaults_and_their_sources():
-    from msopt.host_model import DEFAULTS, SOURCES
+    from msopt.simulator.host_model import DEFAULTS, SOURCES
 
     for name, t in TARGETS.items():
         for key, value in DEFAULTS.items():
@@ -130,7 +130,7 @@ def test_ranges_hold_the_point_estimate():
     view = GraphView(model.graph_def)
     cm = CostModel(view, model, target="h100", batch_size=1)
     partition = {k: (1 if "tower_1/" in k else 0) for k in cm.tasks.key}
-    from msopt.simulate import simulate
+    from msopt.simulator.simulate import simulate
 
     point = simulate(view, partition, 2, cm)
     doc = {**point.report(), **ranges(view, partition, 2, cm, point)}
@@ -192,8 +192,8 @@ def test_fewer_pool_threads_than_streams_never_stalls_the_host_loop():
         f"""
         from dataclasses import replace
         from msopt.load import open_model
-        from msopt.plan import CostOptions, PlanOptions, build_cost_model, make_plan
-        from msopt.simulate import simulate
+        from msopt.planning.plan import CostOptions, PlanOptions, build_cost_model, make_plan
+        from msopt.simulator.simulate import simulate
         loaded, view = open_model({str(SAMPLES / "towers_tf1")!r})
         options = PlanOptions(streams=3, policy="chains", cost=CostOptions("v100", 1))
         cm = build_cost_model(view, loaded, options.cost)

@@ -65,7 +65,9 @@ def test_the_checker_finds_a_cycle_through_a_function_level_import(tmp_path):
 
 def test_no_import_cycle_in_msopt():
     graph = import_graph()
-    assert "msopt.plan" in graph and "msopt.rules.auto" in graph["msopt.plan"]  # the walk sees lazy imports
+    assert (
+        "msopt.planning.plan" in graph and "msopt.rules.auto" in graph["msopt.planning.plan"]
+    )  # the walk sees lazy imports
     assert cycles(graph) == []
 
 
@@ -78,7 +80,12 @@ def test_rules_import_neither_constraints_simulate_nor_cost():
     ]
     assert rules
     for name in rules:
-        assert not graph[name] & {"msopt.constraints", "msopt.links", "msopt.simulate", "msopt.cost"}, name
+        assert not graph[name] & {
+            "msopt.planning.constraints",
+            "msopt.planning.links",
+            "msopt.simulator.simulate",
+            "msopt.simulator.cost",
+        }, name
 
 
 def test_the_auto_search_does_not_call_back_into_the_policy_registry():

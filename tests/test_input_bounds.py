@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 from conftest import SAMPLES
 
-from msopt import inputs, reading
-from msopt.cost import load_costs
 from msopt.errors import InputError
-from msopt.host_model import load_host_profile
-from msopt.inputs import read_npz
+from msopt.files import inputs, reading
+from msopt.files.inputs import read_npz
 from msopt.rules.patterns import MAX_GROUP_DEPTH, MAX_PATTERN_SIZE, PatternError, Patterns, unrolled_size
+from msopt.simulator.cost import load_costs
+from msopt.simulator.host_model import load_host_profile
 
 LINREG = SAMPLES / "linreg_tf1"
 TOWERS = SAMPLES / "towers_tf1"
@@ -182,7 +182,7 @@ COSTS_REPRODUCERS = {
 
 def huge_costs():
     """Every node of linreg_tf1 at 1e308 us (the simulation used to stall on them)."""
-    from msopt.graph import GraphView
+    from msopt.graph.view import GraphView
     from msopt.load import load
 
     keys = [node.key for node in GraphView(load(LINREG).graph_def).real_nodes()]
@@ -409,7 +409,7 @@ NPZ_REPRODUCERS = {
     "five_bytes.npz": ["not an .npz (zip) file"],
 }
 READ_ONE = (
-    "import sys\nfrom msopt.errors import InputError\nfrom msopt.inputs import read_npz\n"
+    "import sys\nfrom msopt.errors import InputError\nfrom msopt.files.inputs import read_npz\n"
     "spec = {'dtype': 'float', 'shape': [None, 1]}\n"
     "try:\n    read_npz(sys.argv[1], {'X': spec, 'Y': spec})\n"
     "except InputError as e:\n    sys.exit('msopt: error: ' + str(e))\n"

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from conftest import run_msopt
 
-from msopt import protos
 from msopt.errors import InputError
-from msopt.graph import GraphView
-from msopt.inputs import InputGenerator
-from msopt.protos import DTYPE_NAMES
+from msopt.files.inputs import InputGenerator
+from msopt.graph import protos
+from msopt.graph.protos import DTYPE_NAMES
+from msopt.graph.view import GraphView
 from msopt.runner.tensorflow_runtime import error_line
 
 pytestmark = pytest.mark.tf
@@ -74,7 +74,7 @@ def test_ids_are_followed_into_function_bodies_to_the_variables_shape(tmp_path):
 
     model = Model()
     tf.saved_model.save(model, str(tmp_path / "m"), signatures=model.__call__)
-    from msopt.contents import signatures
+    from msopt.graph.contents import signatures
     from msopt.load import load
 
     loaded = load(tmp_path / "m")
@@ -118,7 +118,7 @@ def test_ids_of_keras_preprocessing_layers_stay_in_range(tmp_path):
     tf.saved_model.save(
         keras.Model([category, word], keras.layers.Concatenate()([encoded, embedded])), str(tmp_path / "m")
     )
-    from msopt.contents import signatures
+    from msopt.graph.contents import signatures
     from msopt.load import load
 
     loaded = load(tmp_path / "m")
@@ -234,7 +234,7 @@ def test_serialized_examples_parsed_in_a_function_body(tmp_path):
 
     model = Model()
     tf.saved_model.save(model, str(tmp_path / "m"), signatures=model.__call__)
-    from msopt.contents import signatures
+    from msopt.graph.contents import signatures
     from msopt.load import load
 
     loaded = load(tmp_path / "m")

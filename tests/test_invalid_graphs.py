@@ -5,7 +5,7 @@ import pytest
 from bad_inputs import cli
 from conftest import SAMPLES
 
-from msopt.validate import MAX_CALL_DEPTH
+from msopt.graph.validate import MAX_CALL_DEPTH
 
 COMMANDS = (["inspect"], ["partition", "--streams", "2"], ["simulate", "--streams", "2"])
 

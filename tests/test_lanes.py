@@ -7,7 +7,7 @@ import sys
 import pytest
 from conftest import SAMPLES, run_msopt
 
-from msopt.runner.lanes_load import drive
+from msopt.lanes.load import drive
 
 pytestmark = pytest.mark.tf
 

@@ -103,7 +103,7 @@ def test_lanes_model_spreads_calls_over_every_lane_with_identical_outputs(tmp_pa
 
 
 def test_gpu_lanes_model_gets_virtual_gpus_in_its_session_config(tmp_path):
-    from msopt.lanes_model import session_config_text
+    from msopt.lanes.model import session_config_text
 
     text = session_config_text(4, "gpu", 2000)
     assert text.count("memory_limit_mb: 2000") == 4 and "virtual_devices" in text

@@ -6,8 +6,8 @@ import sys
 import pytest
 from conftest import SAMPLES
 
-from msopt import protos
-from msopt.graph import GraphView, node_key
+from msopt.graph import protos
+from msopt.graph.view import GraphView, node_key
 from msopt.load import load
 
 pytestmark = pytest.mark.tf
@@ -83,7 +83,7 @@ def test_unregistered_op_loads_without_tensorflow(sample_view):
 
 def test_loading_does_not_import_tensorflow():
     code = (
-        "import sys; from msopt.load import load; from msopt.graph import GraphView; "
+        "import sys; from msopt.load import load; from msopt.graph.view import GraphView; "
         f"m = load({str(SAMPLES / 'deepfm_tf2')!r}); GraphView(m.graph_def); "
         "assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
     )

@@ -7,9 +7,9 @@ from conftest import SAMPLES
 from test_constraints import mismatches, run_probe
 
 from msopt.errors import InputError
-from msopt.graph import GraphView
+from msopt.graph.view import GraphView
 from msopt.load import load
-from msopt.plan import ManualOptions, PlanOptions, make_plan
+from msopt.planning.plan import ManualOptions, PlanOptions, make_plan
 from msopt.rules import RuleOptions
 from msopt.rules.manual import manual, read_rules
 

@@ -7,7 +7,7 @@ import pytest
 from conftest import SAMPLES, run_msopt
 
 from msopt.errors import InputError
-from msopt.inputs import read_npz
+from msopt.files.inputs import read_npz
 
 pytestmark = pytest.mark.tf
 

@@ -1,5 +1,5 @@
 """Every path msopt writes is checked against what it reads, before any work: nothing an input is, holds or sits in
-is ever replaced, and --force replaces only what msopt wrote (msopt.output_guard)."""
+is ever replaced, and --force replaces only what msopt wrote (msopt.files.output_guard)."""
 
 import hashlib
 import json
@@ -13,9 +13,10 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from msopt import api, output_guard
+from msopt import api
 from msopt.cli import main
 from msopt.errors import InputError
+from msopt.files import output_guard
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_models"
 

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES, run_msopt
 
-from msopt import outputs, protos
 from msopt.errors import InputError
+from msopt.files import outputs
+from msopt.files.output_guard import MARKER
+from msopt.graph import protos
 from msopt.load import load
-from msopt.output_guard import MARKER
 
 pytestmark = pytest.mark.tf
 
@@ -279,7 +280,7 @@ def test_concurrent_force_writes_in_threads_never_fail(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
     from msopt import emit
-    from msopt.graph import GraphView
+    from msopt.graph.view import GraphView
 
     model = load(SAMPLES / "towers_tf1")
     plan = {n.key: i % 2 for i, n in enumerate(GraphView(model.graph_def).real_nodes())}

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from msopt import jit
+from msopt.compiled import jit
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_models"
-PACKAGE = Path(jit.__file__).parent
+PACKAGE = Path(jit.__file__).parent.parent  # msopt/
 
 
 def _timeless(document):
@@ -30,7 +30,7 @@ def _msopt(args, prebuilt, cwd):
     code = (
         "import sys\nfrom msopt.cli import main\n"
         "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-        "from msopt import jit\n"
+        "from msopt.compiled import jit\n"
         "print('PREBUILT', jit.prebuilt() is not None, 'numba' in sys.modules, file=sys.stderr)\n"
     )
     out = subprocess.run(
@@ -45,7 +45,7 @@ def test_the_installed_extension_is_fresh_and_planning_loads_no_numba(tmp_path):
     extension's exports alone (a compiled function missing from SIGNATURES would raise), without numba."""
     assert jit.prebuilt() is not None, "msopt/_loops is missing or stale: run python -m msopt.prebuild"
     code = (
-        "import sys\nfrom msopt import api, jit\n"
+        "import sys\nfrom msopt import api\nfrom msopt.compiled import jit\n"
         "for policy in ('auto', 'chains', 'towers', 'stage', 'embedding', 'collective'):\n"
         "    for model in ('towers_tf2', 'deepfm_tf1', 'stage_tf1'):\n"
         "        api.partition(f'{sys.argv[1]}/{model}', 4, policy, f'{sys.argv[2]}/{model}-{policy}',"
@@ -85,7 +85,7 @@ def test_prebuilt_and_just_in_time_forms_give_the_same_plans_and_figures(tmp_pat
 
 def test_the_digest_follows_every_compiled_source(tmp_path):
     modules = set(jit.digested_modules())
-    assert {"jit", "prebuild", "event_loop", "rules.chains"} <= modules
+    assert {"compiled.jit", "compiled.prebuild", "simulator.event_loop", "rules.chains"} <= modules
     files = [Path(*module.split(".")).with_suffix(".py") for module in modules]
     for file in files:
         (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
@@ -107,7 +107,7 @@ def test_prebuild_writes_a_working_extension_and_leaves_nothing_behind(tmp_path)
         [
             sys.executable,
             "-c",
-            "import sys\nfrom msopt import prebuild\nprint(prebuild.build(sys.argv[1]))",
+            "import sys\nfrom msopt.compiled import prebuild\nprint(prebuild.build(sys.argv[1]))",
             str(target),
         ],
         capture_output=True,
@@ -123,7 +123,7 @@ def test_prebuild_writes_a_working_extension_and_leaves_nothing_behind(tmp_path)
         "import importlib.util, sys\n"
         "spec = importlib.util.spec_from_file_location('_loops', sys.argv[1])\n"
         "module = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(module)\n"
-        "from msopt import jit\n"
+        "from msopt.compiled import jit\n"
         "assert module.sources() == jit.sources_digest()\n"
         "assert all(callable(getattr(module, jit.export_name(n))) for n in jit.SIGNATURES)\n"
         "assert 'numba' not in sys.modules\n"
@@ -137,9 +137,12 @@ def test_a_stale_extension_is_not_used(tmp_path, edited):
     copy = tmp_path / "msopt"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     if edited:
-        (copy / "event_loop.py").write_text((copy / "event_loop.py").read_text() + "\n# edited after the build\n")
-    code = "from msopt import jit\nimport msopt\nassert msopt.__file__.startswith(%r)\nprint(jit.prebuilt())" % str(
-        copy
+        (copy / "simulator" / "event_loop.py").write_text(
+            (copy / "simulator" / "event_loop.py").read_text() + "\n# edited after the build\n"
+        )
+    code = (
+        "from msopt.compiled import jit\nimport msopt\nassert msopt.__file__.startswith(%r)\nprint(jit.prebuilt())"
+        % str(copy)
     )
     out = subprocess.run(
         [sys.executable, "-c", code],

@@ -7,10 +7,10 @@ import json
 import pytest
 from conftest import SAMPLES
 
-from msopt.constraints import apply
-from msopt.plan import PlanOptions, make_plan
-from msopt.simulate import simulate
-from msopt.uncertainty import corner_figures, is_robust, speedups
+from msopt.planning.constraints import apply
+from msopt.planning.plan import PlanOptions, make_plan
+from msopt.simulator.simulate import simulate
+from msopt.simulator.uncertainty import corner_figures, is_robust, speedups
 
 
 def brute_force(v, streams, cost, keys):
@@ -78,9 +78,9 @@ def test_partition_report_records_robust(msopt, tmp_path):
 def test_one_stream_figures_are_shared_only_where_the_copy_engine_alone_differs(sample_view, name):
     """On one stream no edge crosses streams, so the corners that differ only in the copy engine's constants (sync,
     copy latency) share one simulation of one stream; each figure is that of its corner simulated on its own."""
-    from msopt.plan import CostOptions, build_cost_model
-    from msopt.simulate import single_stream
-    from msopt.uncertainty import corner_models
+    from msopt.planning.plan import CostOptions, build_cost_model
+    from msopt.simulator.simulate import single_stream
+    from msopt.simulator.uncertainty import corner_models
 
     model, view = sample_view(name)
     cost = build_cost_model(view, model, CostOptions(target="h100"))

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from msopt.constraints import apply
-from msopt.cost import CostModel
-from msopt.plan import PlanOptions, make_plan
-from msopt.simulate import simulate
+from msopt.planning.constraints import apply
+from msopt.planning.plan import PlanOptions, make_plan
+from msopt.simulator.cost import CostModel
+from msopt.simulator.simulate import simulate
 
 pytestmark = pytest.mark.tf
 
@@ -23,7 +23,7 @@ def auto_plan(v, streams, cost, model=None):
 def brute_force_best(v, streams, cost, keys, robust=False):
     """The shortest simulated makespan over every assignment of ``keys`` to streams (after the constraints);
     with ``robust``, over the plans at least as fast as one stream at every corner of the host box."""
-    from msopt.uncertainty import corner_figures, is_robust
+    from msopt.simulator.uncertainty import corner_figures, is_robust
 
     best = None
     for streams_of in itertools.product(range(streams), repeat=len(keys)):

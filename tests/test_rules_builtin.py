@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 from conftest import SAMPLES
 
-from msopt.graph import GraphView
+from msopt.graph.view import GraphView
 from msopt.load import load
 from msopt.rules import CollectiveOptions, RuleOptions, StageOptions, run_rule
 from msopt.rules.embedding import feature_subgraphs

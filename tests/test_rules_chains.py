@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from msopt.graph import GraphView
-from msopt.plan import plan_rule
+from msopt.graph.view import GraphView
+from msopt.planning.plan import plan_rule
 from msopt.rules import RuleOptions, run_rule
 from msopt.rules.chains import path_cover
 from msopt.rules.walk import flatten
@@ -233,7 +233,7 @@ def test_chains_on_mobilenet_v2_verifies(msopt, mobilenet_v2, tmp_path):
 
 PLAN_DIGEST = """
 import hashlib, json, sys
-from msopt.graph import GraphView
+from msopt.graph.view import GraphView
 from msopt.load import load
 from msopt.rules import RuleOptions, run_rule
 view = GraphView(load(sys.argv[1]).graph_def)
@@ -273,7 +273,7 @@ def test_minimum_chains_plans_every_op_within_the_streams(random_layered):
 
 
 def test_the_flat_dag_is_built_once_per_view_and_constraints_match_a_fresh_view(random_layered):
-    from msopt.constraints import apply
+    from msopt.planning.constraints import apply
 
     v = random_layered(500, seed=4)
     assert flatten(v) is flatten(v)

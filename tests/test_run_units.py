@@ -11,8 +11,8 @@ import pytest
 from conftest import SAMPLES
 
 from msopt.errors import InputError
-from msopt.graph import GraphView
-from msopt.inputs import check_input
+from msopt.files.inputs import check_input
+from msopt.graph.view import GraphView
 from msopt.load import load
 from msopt.runner.config import RunConfig
 from msopt.runner.devices import parse_priorities, set_visible_gpus

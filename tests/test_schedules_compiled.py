@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import reference_schedules as ref
 
-from msopt.flat import Tasks
-from msopt.list_schedule import arrays, schedule
-from msopt.op_tables import FREE_OPS
-from msopt.order import kahn_order, longest_to_sink, topological_order
+from msopt.graph.flat import Tasks
+from msopt.graph.op_tables import FREE_OPS
+from msopt.graph.order import kahn_order, longest_to_sink, topological_order
 from msopt.rules import RuleOptions
 from msopt.rules.chains import chains, fold, greedy_path_cover, minimum_chains, path_cover
 from msopt.rules.walk import Dag, flatten, vertex_costs
-from msopt.targets import DEFAULT_TARGET, TARGETS
+from msopt.simulator.list_schedule import arrays, schedule
+from msopt.simulator.targets import DEFAULT_TARGET, TARGETS
 
 SAMPLE_DIR = Path(__file__).resolve().parent.parent / "sample_models"
 SAMPLES = [

@@ -1,4 +1,4 @@
-"""Simulations side by side (msopt.side_by_side): the compiled event loop releases the GIL, runs ahead come back
+"""Simulations side by side (msopt.compiled.side_by_side): the compiled event loop releases the GIL, runs ahead come back
 in order, a caller stopping early leaves no thread, and the auto search plans the same with one thread or two."""
 
 import json
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from msopt import side_by_side
+from msopt.compiled import side_by_side
 from msopt.load import open_model
-from msopt.plan import CostOptions, PlanOptions, build_cost_model, make_plan
+from msopt.planning.plan import CostOptions, PlanOptions, build_cost_model, make_plan
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_models"
 
@@ -76,7 +76,7 @@ def test_the_compiled_event_loop_lets_other_threads_run():
     """While one thread is inside the loop (prebuilt or just in time, whichever this process uses), another runs
     Python. The switch interval is made longer than the test, so a thread holding the GIL keeps it until it blocks:
     a loop holding the GIL would let the other thread run only after the loop, when ``left`` is set."""
-    from msopt.event_loop import run
+    from msopt.simulator.event_loop import run
 
     args = _chain(3_000_000)
     run(*_chain(10))  # compiled (just in time) before the test

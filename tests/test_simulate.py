@@ -5,12 +5,12 @@ import json
 import pytest
 from conftest import SAMPLES
 
-from msopt import protos
-from msopt.cost import CostModel, Target
-from msopt.graph import GraphView
+from msopt.graph import protos
+from msopt.graph.view import GraphView
 from msopt.load import load
-from msopt.simulate import simulate
-from msopt.timeline import chrome_trace
+from msopt.simulator.cost import CostModel, Target
+from msopt.simulator.simulate import simulate
+from msopt.simulator.timeline import chrome_trace
 
 pytestmark = pytest.mark.tf
 

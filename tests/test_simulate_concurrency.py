@@ -1,4 +1,4 @@
-"""Requests in flight on the simulated GPU (msopt.concurrency): one at a time is the single run, the closed loop's
+"""Requests in flight on the simulated GPU (msopt.simulator.concurrency): one at a time is the single run, the closed loop's
 throughput over lanes, the driver's contention, the robust recommendation against brute force, and the command."""
 
 import itertools
@@ -9,12 +9,12 @@ import pytest
 from conftest import SAMPLES
 
 import msopt
-from msopt import concurrency
-from msopt.cost import TARGETS, CostModel
 from msopt.errors import InputError
-from msopt.plan import PlanOptions, make_plan
-from msopt.simulate import simulate
-from msopt.uncertainty import corner_models
+from msopt.planning.plan import PlanOptions, make_plan
+from msopt.simulator import concurrency
+from msopt.simulator.cost import TARGETS, CostModel
+from msopt.simulator.simulate import simulate
+from msopt.simulator.uncertainty import corner_models
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ import reference_simulator as reference
 from conftest import SAMPLES
 from random_tasks import random_cost_model, random_streams
 
-from msopt import concurrency
-from msopt.cost import TARGETS
-from msopt.plan import PlanOptions, make_plan
-from msopt.simulate import _run, simulate, single_stream, streams_of
+from msopt.planning.plan import PlanOptions, make_plan
+from msopt.simulator import concurrency
+from msopt.simulator.cost import TARGETS
+from msopt.simulator.simulate import _run, simulate, single_stream, streams_of
 
 
 def assert_same(result, expected):

@@ -6,10 +6,10 @@ from collections import Counter, defaultdict
 import pytest
 from random_graphs import random_graph
 
-from msopt import protos
-from msopt.flat import flatten_run
-from msopt.graph import GraphView
-from msopt.op_tables import FREE_OPS
+from msopt.graph import protos
+from msopt.graph.flat import flatten_run
+from msopt.graph.op_tables import FREE_OPS
+from msopt.graph.view import GraphView
 from msopt.rules.towers import identical_branches
 from msopt.rules.walk import dag_of
 

@@ -351,8 +351,8 @@ def test_the_fit_recovers_host_constants_that_generated_the_times(sample_view):
     import os
     from dataclasses import replace
 
-    from msopt.plan import CostOptions, build_cost_model
-    from msopt.simulate import simulate
+    from msopt.planning.plan import CostOptions, build_cost_model
+    from msopt.simulator.simulate import simulate
     from msopt.tune.candidates import plan_candidates
     from msopt.tune.fit import fit_host
 

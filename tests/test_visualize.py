@@ -12,7 +12,7 @@ import pytest
 from conftest import SAMPLES, run_msopt
 
 from msopt import visualize as draw
-from msopt.graph import GraphView
+from msopt.graph.view import GraphView
 from msopt.load import load
 
 pytestmark = pytest.mark.tf

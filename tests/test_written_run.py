@@ -1,4 +1,4 @@
-"""The written model's run derived in memory (msopt.written_run) against loading, flattening and costing the
+"""The written model's run derived in memory (msopt.planning.written_run) against loading, flattening and costing the
 written model again: the same tasks in the same order, the same edges and streams, the same simulated figures."""
 
 import json
@@ -8,14 +8,14 @@ import pytest
 from conftest import SAMPLES
 
 from msopt import emit
-from msopt.const_copies import const_copies
 from msopt.emit import copy_name
-from msopt.flat import signature_roots
+from msopt.graph.flat import signature_roots
 from msopt.load import open_model
-from msopt.plan import ManualOptions, PlanOptions, build_cost_model, make_plan
-from msopt.simulate import simulate, streams_of
-from msopt.uncertainty import ranges
-from msopt.written_run import as_written
+from msopt.planning.const_copies import const_copies
+from msopt.planning.plan import ManualOptions, PlanOptions, build_cost_model, make_plan
+from msopt.planning.written_run import as_written
+from msopt.simulator.simulate import simulate, streams_of
+from msopt.simulator.uncertainty import ranges
 
 
 def _copying(plan, view):

@@ -1,4 +1,4 @@
-"""Regenerate msopt/proto/tf_schema.binpb: TensorFlow's public model protos as a FileDescriptorSet.
+"""Regenerate msopt/graph/proto/tf_schema.binpb: TensorFlow's public model protos as a FileDescriptorSet.
 
 Run with TensorFlow installed (it is the source of the schema); msopt itself reads
 the set without TensorFlow.
@@ -29,7 +29,7 @@ def main():
     add(saved_model_pb2.DESCRIPTOR)
     add(example_pb2.DESCRIPTOR)  # tf.Example: what generated inputs of ParseExample ops hold
     out = descriptor_pb2.FileDescriptorSet(file=list(files.values()))
-    target = Path(__file__).resolve().parent.parent / "msopt" / "proto" / "tf_schema.binpb"
+    target = Path(__file__).resolve().parent.parent / "msopt" / "graph" / "proto" / "tf_schema.binpb"
     target.write_bytes(out.SerializeToString())
     print(f"wrote {target} ({len(files)} files)")
 

@@ -3,21 +3,21 @@
 For a figure: build the cost model of its model (target, batch), plan it with the ``auto`` policy
 on each stream count, keep the plan with the best point estimate, and report its speedup over one
 stream at the point host constants and over the corners of the uncertain host box
-(msopt.uncertainty). A figure is met when the published ratio lies inside the simulated range and
+(msopt.simulator.uncertainty). A figure is met when the published ratio lies inside the simulated range and
 the point is within TOLERANCE of it. Request-level figures (several queries in flight, throughput)
-go through msopt.concurrency instead: closed-loop queries over 1..K lanes (stream groups, one stream
+go through msopt.simulator.concurrency instead: closed-loop queries over 1..K lanes (stream groups, one stream
 each), the robust best configuration's throughput against one lane, at the point and the corners.
 """
 
 import time
 from dataclasses import replace
 
-from msopt.cost import CostModel
-from msopt.graph import GraphView
+from msopt.graph.view import GraphView
 from msopt.load import load
-from msopt.plan import PlanOptions, make_plan
-from msopt.simulate import simulate
-from msopt.uncertainty import ranges
+from msopt.planning.plan import PlanOptions, make_plan
+from msopt.simulator.cost import CostModel
+from msopt.simulator.simulate import simulate
+from msopt.simulator.uncertainty import ranges
 
 TOLERANCE = 0.25
 STREAMS = (2, 4, 8)
@@ -95,7 +95,7 @@ def calibrate(figure, streams=STREAMS):
 
 def _request_level(row, figure, cm):
     """A throughput ratio: the robust best lanes configuration against one lane, ``concurrency`` in flight."""
-    from msopt.concurrency import recommend
+    from msopt.simulator.concurrency import recommend
 
     started = time.perf_counter()
     best = recommend(cm, {1: {}}, figure.concurrency, figure.lanes)

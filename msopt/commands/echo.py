@@ -18,6 +18,6 @@ def print_json(document):
 
 def write_json(path, document):
     """Write a JSON file whole (replacing it in one step)."""
-    from msopt.outputs import write_bytes
+    from msopt.files.outputs import write_bytes
 
     write_bytes(path, json.dumps(document, indent=2, default=str).encode())

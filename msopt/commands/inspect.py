@@ -21,7 +21,7 @@ def inspect(model, tags, as_json):
       msopt inspect sample_models/deepfm_tf2 --json
     """
     from msopt.api import inspect as describe
-    from msopt.contents import format_text
+    from msopt.graph.contents import format_text
 
     info = describe(model, tags=tags)
     click.echo(json.dumps(info, indent=2) if as_json else format_text(info))

@@ -6,7 +6,7 @@ from msopt.api import MAX_WARNINGS
 from msopt.commands import options as opt
 from msopt.commands.echo import print_json, progress
 from msopt.errors import VerifyFailed
-from msopt.uncertainty import describe
+from msopt.simulator.uncertainty import describe
 
 HELP = f"""Assign every op of MODEL to one of N streams and write the rewritten model.
 
@@ -123,7 +123,7 @@ def partition(
             from msopt.errors import InputError
 
             raise InputError("--lanes writes its own model: check it with msopt run --compare-to, not --verify")
-        from msopt.lanes_model import write_lanes_model
+        from msopt.lanes.model import write_lanes_model
 
         document = write_lanes_model(model, lanes, output, device_type, force, tags=tags, report=report)
         if as_json:

@@ -4,9 +4,9 @@ import click
 
 from msopt.commands import options as opt
 from msopt.commands.echo import print_json, progress
-from msopt.concurrency import describe as describe_load
-from msopt.concurrency import rate
-from msopt.uncertainty import describe
+from msopt.simulator.concurrency import describe as describe_load
+from msopt.simulator.concurrency import rate
+from msopt.simulator.uncertainty import describe
 
 
 @click.command()

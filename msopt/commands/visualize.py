@@ -84,7 +84,7 @@ def visualize(
     the command says how to render it. An .html report is one offline file with the picture,
     the stream table, the simulated speedup and bound, and a Gantt chart of the schedule.
     """
-    from msopt.drawing import draw
+    from msopt.visualize.drawing import draw
 
     document = draw(
         model,

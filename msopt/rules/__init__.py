@@ -13,31 +13,6 @@ from typing import Any
 
 from msopt.errors import InputError
 
-
-class RunCosts(Mapping):
-    """``node_costs`` of a run whose keys appear once each: {key: time} over the run's own key list and its times
-    as a float64 array in that order. The rules read the array when they plan that run (msopt.rules.walk's
-    vertex_costs); the dict is made only if a key is looked up (a million keys: 0.3 s)."""
-
-    def __init__(self, keys, times):
-        self.keys_list, self.times = keys, times
-        self._dict = None
-
-    def _mapping(self):
-        if self._dict is None:
-            self._dict = dict(zip(self.keys_list, self.times.tolist()))
-        return self._dict
-
-    def __getitem__(self, key):
-        return self._mapping()[key]
-
-    def __iter__(self):
-        return iter(self.keys_list)
-
-    def __len__(self):
-        return len(self.keys_list)
-
-
 AUTO = "auto"
 POLICIES = {
     "none": ("msopt.rules.existing", "keep_existing", "keep the _stream_id attributes already on the nodes"),
@@ -104,7 +79,7 @@ class RuleOptions:
 
     streams: int
     node_costs: Mapping[str, float] | None = None  # {node key: time}; None: one unit per kernel
-    run: Any = None  # the flattened run to plan (msopt.flat.Tasks); None: the run of every main-graph node
+    run: Any = None  # the flattened run to plan (msopt.graph.flat.Tasks); None: the run of every main-graph node
     manual: ManualOptions = field(default_factory=ManualOptions)
     stage: StageOptions = field(default_factory=StageOptions)
     collective: CollectiveOptions = field(default_factory=CollectiveOptions)
@@ -135,7 +110,7 @@ def run_rule(name: str, view, options: RuleOptions) -> RuleResult:
     """Run rule ``name`` (any policy but auto, which is a search over the rules)."""
     check_policy(name)
     if name == AUTO:
-        raise ValueError("policy auto is a search: run it through msopt.plan")
+        raise ValueError("policy auto is a search: run it through msopt.planning.plan")
     module, function, _ = POLICIES[name]
     result = getattr(import_module(module), function)(view, options)
     return result if isinstance(result, RuleResult) else RuleResult(result)

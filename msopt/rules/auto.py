@@ -1,6 +1,6 @@
 """Policy auto (the default): a cost-aware schedule over at most N streams, the best simulated plan among several.
 
-1. The cost model (msopt.cost) flattens one run of the model into op instances with a time,
+1. The cost model (msopt.simulator.cost) flattens one run of the model into op instances with a time,
    a share of the GPU and output bytes, on the target GPU and batch size of the options.
 2. Its own schedules, for k = 2, 4, ... up to N streams: list scheduling in order of the
    longest remaining path (HEFT's upward rank), each kernel going to the stream where it
@@ -12,13 +12,13 @@
    with whole chains (a path cover) placed instead of single ops.
 3. The other rules' plans (chains, embedding, towers, stage, collective) where they apply,
    called directly as the pure functions they are (not through the policy registry).
-4. Every candidate goes through the constraints and the simulator (msopt.simulate), next to
+4. Every candidate goes through the constraints and the simulator (msopt.simulator.simulate), next to
    the one-stream plan (on large runs, the list schedules and the simulations run on a second
-   thread while this one makes the constraint groups and the next candidate: msopt.side_by_side);
+   thread while this one makes the constraint groups and the next candidate: msopt.compiled.side_by_side);
    the shortest makespan wins, ties going to fewer streams and fewer syncs. So auto never plans something slower than one stream, and it says when it used
    fewer streams than it was given because more did not pay (the report's notes).
 5. Robustness (``choose_robust``): a multi-stream plan is chosen only if it is at least as fast
-   as one stream at every corner of the uncertain host constants (msopt.uncertainty); the
+   as one stream at every corner of the uncertain host constants (msopt.simulator.uncertainty); the
    point-estimate winner that is not robust is passed over, and the notes say so.
 """
 
@@ -29,21 +29,21 @@ from dataclasses import replace
 
 import numpy as np
 
-from msopt.constraints import apply
-from msopt.gc_pause import gc_paused
-from msopt.list_schedule import schedule_streams
-from msopt.placed_streams import PlacedStreams
+from msopt.compiled.gc_pause import gc_paused
+from msopt.compiled.side_by_side import beside, pool
+from msopt.planning.constraints import apply
+from msopt.planning.placed_streams import PlacedStreams
 from msopt.rules import RuleOptions, RuleResult
 from msopt.rules.chains import chain_plan, minimum_chain_plan
 from msopt.rules.collective import collective
 from msopt.rules.embedding import embedding
 from msopt.rules.stage import stage
 from msopt.rules.towers import towers
-from msopt.side_by_side import beside, pool
-from msopt.simulate import simulate_streams, stream_array
-from msopt.task_arrays import task_arrays
+from msopt.simulator.list_schedule import schedule_streams
+from msopt.simulator.simulate import simulate_streams, stream_array
+from msopt.simulator.task_arrays import task_arrays
 
-# A rule's plan is a dict, or an int array over the run's keys (msopt.tasks.Tasks.distinct): the list schedules' and
+# A rule's plan is a dict, or an int array over the run's keys (msopt.graph.tasks.Tasks.distinct): the list schedules' and
 # the chains', which would otherwise build a dict of every key of the run per candidate.
 RULE_CANDIDATES = {
     "chains": chain_plan,
@@ -71,7 +71,7 @@ def _search(view, options, cost):
     options = replace(options, run=cost.tasks)  # every rule plans the run the candidates are simulated on
     streams = options.streams
     task_arrays(cost)  # made once, before the simulations that read them run side by side
-    # One thread beside this one (msopt.side_by_side): the list schedules, then each candidate's simulation while
+    # One thread beside this one (msopt.compiled.side_by_side): the list schedules, then each candidate's simulation while
     # this thread makes the next. A second loop at once would only take this thread's core, and 40 MB a million.
     with pool(len(cost), threads=1) as simulations:
         single = simulations.submit(cost.single_stream_us)  # once per cost model, shared with the report
@@ -112,7 +112,7 @@ def _search(view, options, cost):
 def _corners_on_one_stream(cost, simulations):
     """Start the host corners' one-stream runs, which choose_robust compares each corner with, on the second thread
     while this one makes the constraint groups (only where a second thread runs them: they may not be needed)."""
-    from msopt.uncertainty import corner_models
+    from msopt.simulator.uncertainty import corner_models
 
     if not beside(len(cost)):
         return
@@ -278,10 +278,10 @@ def _small(values):
 
 def choose_robust(streams, cost, scored, placed_streams):
     """(the chosen row of ``scored``, a note or "", {row id: robust}): the best point estimate among the plans
-    at least as fast as one stream at every corner of the host box (msopt.uncertainty; a one-stream plan
+    at least as fast as one stream at every corner of the host box (msopt.simulator.uncertainty; a one-stream plan
     always is). ``placed_streams[row[3]]`` is each task's stream in ``row``'s plan as simulated (after the
     constraints)."""
-    from msopt.uncertainty import TOLERANCE, corner_rows, describe, speedups
+    from msopt.simulator.uncertainty import TOLERANCE, corner_rows, describe, speedups
 
     single = cost.single_stream_us()
     passed = None

@@ -15,7 +15,7 @@
 A rule with several selectors matches nodes that satisfy all of them. Optional per-rule keys:
 ``name`` (a label for the report) and ``override`` (this rule also wins over existing ids).
 
-The file is data: read through msopt.reading (a regular file, UTF-8 text, at most MAX_BYTES), plain
+The file is data: read through msopt.files.reading (a regular file, UTF-8 text, at most MAX_BYTES), plain
 YAML without tags (yaml.SafeLoader's composer), bounded in nesting and rule count. Regexes run on
 the ``regex`` package with a time bound per match (MATCH_TIMEOUT_S). We chose it over RE2 because it
 keeps Python's regex syntax (lookarounds, backreferences) that existing rules files may use, is a
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from msopt.errors import InputError
-from msopt.reading import MAX_RULES_BYTES, read_text
+from msopt.files.reading import MAX_RULES_BYTES, read_text
 from msopt.rules.patterns import MATCH_TIMEOUT_S, BudgetSpent, PatternError, Patterns
 
 TOP_KEYS = ("default", "override", "rules")

@@ -14,10 +14,10 @@ from operator import attrgetter
 
 import numpy as np
 
-from msopt.jit import compiled
-from msopt.op_tables import FREE_OPS
+from msopt.compiled.jit import compiled
+from msopt.graph.op_tables import FREE_OPS
+from msopt.graph.tasks import codes_in
 from msopt.rules.walk import flatten
-from msopt.tasks import codes_in
 
 TOWER_SCOPE = re.compile(r"^(?:tower|replica)_?(\d+)$")
 
@@ -50,7 +50,7 @@ def named_towers(view):
 
 def identical_branches(view, run=None):
     """{node key: branch index} for structurally identical, mutually independent branches of ``run``
-    (msopt.flat.Tasks; default: the run of every main-graph node)."""
+    (msopt.graph.flat.Tasks; default: the run of every main-graph node)."""
     dag = flatten(view, run)
     n = len(dag)
     order = np.asarray(dag.order, np.int64)

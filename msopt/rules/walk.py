@@ -1,4 +1,4 @@
-"""The rules' DAG: one run's op instances (msopt.flat, the one inliner) with predecessor and successor lists.
+"""The rules' DAG: one run's op instances (msopt.graph.flat, the one inliner) with predecessor and successor lists.
 
 The rules plan the run the cost model simulates and the visualizer draws: the plan layer hands
 them the flattened run of the chosen signature (``RuleOptions.run``, the cost model's when there
@@ -15,12 +15,11 @@ from itertools import repeat
 
 import numpy as np
 
-from msopt.flat import flatten_run
-from msopt.gc_pause import gc_paused
-from msopt.op_tables import FREE_OPS
-from msopt.order import csr
-from msopt.rules import RunCosts
-from msopt.tasks import codes_in, csr_lists, distinct_keys, op_codes
+from msopt.compiled.gc_pause import gc_paused
+from msopt.graph.flat import flatten_run
+from msopt.graph.op_tables import FREE_OPS
+from msopt.graph.order import csr
+from msopt.graph.tasks import RunCosts, codes_in, csr_lists, distinct_keys, op_codes
 
 
 class Dag:
@@ -32,7 +31,7 @@ class Dag:
         self.ops = ops  # vertex -> op type
         self.order = range(len(keys))  # the run numbers its tasks in a topological order
         # pred_ptr, pred_idx: each vertex's predecessors, each once, data inputs first; succ_ptr, succ_idx: its
-        # successors, ascending (msopt.tasks.Tasks.neighbour_arrays, int64 CSR arrays)
+        # successors, ascending (msopt.graph.tasks.Tasks.neighbour_arrays, int64 CSR arrays)
         self.pred_ptr, self.pred_idx, self.succ_ptr, self.succ_idx = arrays
         self._tasks = tasks
 
@@ -64,7 +63,7 @@ class Dag:
 
     def distinct(self):
         """(the vertices' keys each once, in order, as a tuple; each one's first vertex as int64): the run's
-        (msopt.tasks.Tasks.distinct)."""
+        (msopt.graph.tasks.Tasks.distinct)."""
         if self._tasks is not None:
             return self._tasks.distinct()
         found = self.__dict__.get("_distinct")
@@ -73,7 +72,7 @@ class Dag:
         return found
 
     def op_codes(self):
-        """(op names, per-vertex int64 code into them): the run's, computed once (msopt.tasks.op_codes)."""
+        """(op names, per-vertex int64 code into them): the run's, computed once (msopt.graph.tasks.op_codes)."""
         return self._tasks.op_codes() if self._tasks is not None else op_codes(self.ops)
 
     @property
@@ -100,7 +99,7 @@ class Dag:
 
 
 def dag_of(tasks):
-    """The Dag of a flattened run (msopt.flat.Tasks): every input and control edge, each pair once."""
+    """The Dag of a flattened run (msopt.graph.flat.Tasks): every input and control edge, each pair once."""
     return Dag(tasks.key, tasks.op, tasks.neighbour_arrays(), tasks)
 
 
@@ -109,7 +108,7 @@ _BY_VIEW = weakref.WeakKeyDictionary()  # view -> (node count, the Dag of every 
 
 
 def flatten(view, run=None):
-    """The Dag the rules plan: of ``run`` (msopt.flat.Tasks) if given, else of the run of every main-graph node
+    """The Dag the rules plan: of ``run`` (msopt.graph.flat.Tasks) if given, else of the run of every main-graph node
     of ``view``; built once per run, as the rules only read it."""
     with gc_paused():
         if run is not None:

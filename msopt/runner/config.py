@@ -118,6 +118,6 @@ class RunConfig:
     @classmethod
     def read(cls, path, **worker):
         """A worker's RunConfig from the JSON file its parent wrote."""
-        from msopt.reading import MAX_CONFIG_BYTES, read_text
+        from msopt.files.reading import MAX_CONFIG_BYTES, read_text
 
         return cls.from_json(read_text(path, "worker configuration", MAX_CONFIG_BYTES), **worker)

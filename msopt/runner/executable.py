@@ -1,8 +1,8 @@
 """The executable: a model's signatures run in TensorFlow on numpy feeds, in a TF1 Session or as TF2 functions."""
 
-from msopt.contents import signatures as signature_specs
 from msopt.errors import InputError
-from msopt.protos import DTYPE_NAMES
+from msopt.graph.contents import signatures as signature_specs
+from msopt.graph.protos import DTYPE_NAMES
 from msopt.runner.devices import configure_devices, logical_devices
 from msopt.runner.tensorflow_runtime import error_line, import_tensorflow
 

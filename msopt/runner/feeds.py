@@ -1,7 +1,7 @@
 """The input batches a run feeds: the signature chosen, records generated from the graph or read from an .npz."""
 
 from msopt.errors import InputError
-from msopt.inputs import InputGenerator, read_npz
+from msopt.files.inputs import InputGenerator, read_npz
 
 
 def choose_signature(specs, name):

@@ -32,7 +32,7 @@ def check_layout_options(config):
 
 def compare_layouts(config, loaded, view, streams, priorities, progress):
     """Run the replicas layout, then the lanes layout, at the same concurrency; the report of both and the verdict."""
-    from msopt.runner.lanes_load import run_with_lanes
+    from msopt.lanes.load import run_with_lanes
     from msopt.runner.replicas import run_replicated
 
     concurrency = check_layout_options(config)

@@ -24,7 +24,7 @@ def place(model, view, streams, device_type, workdir, layout=None):
     ``layout`` (a msopt.runner.gpu_layout.GpuLayout) names the GPU devices when streams are spread over GPUs."""
     from msopt import emit
     from msopt.load import load
-    from msopt.plan import plan_rule
+    from msopt.planning.plan import plan_rule
 
     plan, merges = plan_rule("none", view, streams)
     if not plan:

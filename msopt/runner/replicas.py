@@ -100,8 +100,8 @@ def run_replicated(config, loaded, progress):
     """``config.replicas`` workers running ``config`` at once (under MPS with ``config.mps``), one report over them.
 
     Checks first what it can without TensorFlow: the signature and the --inputs file."""
-    from msopt.contents import signatures
-    from msopt.inputs import read_npz
+    from msopt.files.inputs import read_npz
+    from msopt.graph.contents import signatures
     from msopt.runner.feeds import choose_signature
 
     specs = signatures(loaded)

@@ -58,7 +58,7 @@ def run_model(config, progress=lambda message: None):
                 raise InputError(f"{flag} does not combine with --lanes/--concurrency yet")
         if config.mps or config.replicas > 1:
             raise InputError("--lanes/--concurrency run in one process: drop --replicas/--mps to use them")
-        from msopt.runner.lanes_load import run_with_lanes
+        from msopt.lanes.load import run_with_lanes
 
         document = run_with_lanes(config.with_absolute_paths(), loaded, view, streams, priorities, progress)
     elif config.mps or config.replicas > 1 or config.launcher == "mpirun":
@@ -79,7 +79,7 @@ def run_model(config, progress=lambda message: None):
 
 
 def _open(path, tags):
-    from msopt.graph import GraphView
+    from msopt.graph.view import GraphView
     from msopt.load import load
 
     model = load(path, tags)
@@ -88,7 +88,7 @@ def _open(path, tags):
 
 def run_here(config, loaded, view, streams, priorities, progress):
     """One process: place, load, check inputs, compare, measure, trace, stage (paths in ``config`` absolute)."""
-    from msopt.contents import signatures
+    from msopt.graph.contents import signatures
     from msopt.runner.devices import bitwise_gpu_numerics
     from msopt.runner.feeds import batch_of, choose_signature, make_records
     from msopt.runner.memory import process_memory
@@ -209,8 +209,8 @@ def _compare(runner, path, tags, name, feeds, got, progress):
 
 
 def _check_paths(config):
-    """Every path the run writes, checked against what it reads before anything runs (msopt.output_guard)."""
-    from msopt.output_guard import Output, check
+    """Every path the run writes, checked against what it reads before anything runs (msopt.files.output_guard)."""
+    from msopt.files.output_guard import Output, check
 
     written = (
         ("--save-outputs", config.save_outputs, "npz"),
@@ -222,10 +222,10 @@ def _check_paths(config):
 
 
 def _save(path, outputs):
-    from msopt.outputs import put, staged
+    from msopt.files.outputs import put, staged
 
     arrays = {k: np.stack([o[k] for o in outputs]) for k in outputs[0]}
     with staged(path) as built:  # np.savez writes to a file object: built whole, then put in place
         with open(built, "wb") as f:
             np.savez(f, **arrays)
-        put(built, path, force=True)  # msopt.output_guard decided before the run
+        put(built, path, force=True)  # msopt.files.output_guard decided before the run

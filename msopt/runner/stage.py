@@ -4,8 +4,8 @@ The upstream call (inputs -> boundary) runs ahead in msopt.runner.stage_pipeline
 delivered record is checked against the unpipelined run of the same graph.
 """
 
-from msopt import protos
 from msopt.errors import CheckFailed, InputError
+from msopt.graph import protos
 from msopt.load import Model
 from msopt.runner.executable import Executable
 from msopt.runner.stage_pipeline import StagePipeline

@@ -10,8 +10,8 @@ from collections import defaultdict
 
 import click
 
-from msopt.graph import MAIN
-from msopt.outputs import write_bytes
+from msopt.files.outputs import write_bytes
+from msopt.graph.view import MAIN
 
 
 def executed_names(view, root=MAIN):

@@ -3,8 +3,8 @@
 import numpy as np
 
 from msopt.errors import InputError, check_interrupted
-from msopt.graph import GraphView
-from msopt.inputs import InputGenerator, read_npz
+from msopt.files.inputs import InputGenerator, read_npz
+from msopt.graph.view import GraphView
 from msopt.runner.executable import Executable
 from msopt.runner.tensorflow_runtime import error_line
 from msopt.runner.workdir import runs_models

@@ -1,14 +1,14 @@
 """The candidate plans: one stream, the model's own _stream_id plan, auto's best plan at each stream count,
-each applicable policy at 2..N streams and the user's rules files; all planned by msopt.plan.make_plan from the measured costs and simulated."""
+each applicable policy at 2..N streams and the user's rules files; all planned by msopt.planning.plan.make_plan from the measured costs and simulated."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from msopt.errors import InputError
-from msopt.plan import CostOptions, ManualOptions, PlanOptions, build_cost_model, make_plan
+from msopt.planning.plan import CostOptions, ManualOptions, PlanOptions, build_cost_model, make_plan
 from msopt.rules.auto import RULE_CANDIDATES
-from msopt.simulate import simulate
+from msopt.simulator.simulate import simulate
 
 ONE_STREAM = "one stream"
 

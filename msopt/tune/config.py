@@ -73,8 +73,8 @@ class TuneConfig:
 
     def check_work(self):
         """InputError when the candidate set or the steps to run are beyond what one tune can finish (see MAX_*)."""
-        from msopt.kernels import MAX_BATCH_SIZE
         from msopt.rules.auto import RULE_CANDIDATES
+        from msopt.simulator.kernels import MAX_BATCH_SIZE
 
         if self.batch_size > MAX_BATCH_SIZE:
             raise InputError(f"--batch-size must be at most {MAX_BATCH_SIZE}, got {self.batch_size}")
@@ -117,7 +117,7 @@ class TuneConfig:
         measuring = self.budget is None
         plan_steps = candidates * (self.records + max(self.warmup, 1) + (self.rounds * self.steps if measuring else 0))
         c, lane_steps = self.concurrency, 0
-        for k in range(1, (self.lane_count or 0) + 1):  # as msopt.tune.lanes: verify, a warm-up round, the rounds
+        for k in range(1, (self.lane_count or 0) + 1):  # as msopt.lanes.tune: verify, a warm-up round, the rounds
             lane_steps += max(k * self.records, 2 * c) + self.steps * c * (1 + (self.rounds if measuring else 0))
         return plan_steps, lane_steps
 

@@ -31,14 +31,14 @@ def fit_host(view, cost_model, points):
     """
     from scipy.optimize import minimize
 
-    from msopt.simulate import simulate
+    from msopt.simulator.simulate import simulate
 
     names = ["op_overhead_us"]
     if any(c.streams_used > 1 for c, _ in points):
         names += ["partition_overhead_us", "launch_contention"]
     base = cost_model.target
     # TensorFlow's inter-op pool defaults to the host's logical CPUs; at least the widest plan's streams, because
-    # msopt.simulate can loop forever when fewer pool threads than streams meet a large op overhead.
+    # msopt.simulator.simulate can loop forever when fewer pool threads than streams meet a large op overhead.
     threads = max(os.cpu_count() or 1, max(c.streams for c, _ in points))
     memo = {}
 

@@ -2,7 +2,7 @@
 
 import json
 
-from msopt.outputs import write_bytes
+from msopt.files.outputs import write_bytes
 from msopt.runner.trace import costs_document, executed_names
 
 

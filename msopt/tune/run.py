@@ -11,9 +11,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from msopt import output_guard
 from msopt.errors import CheckFailed, InputError, check_interrupted, exit_held, held
-from msopt.output_guard import Output
+from msopt.files import output_guard
+from msopt.files.output_guard import Output
 
 PROFILE_STEPS = 3  # fully traced steps behind the costs file
 
@@ -50,8 +50,8 @@ def tune(config, progress=lambda message: None, bar=None):
 
 
 def _tune(config, model, view, work, stack, started, deadline, progress, bar):
-    from msopt.contents import signatures
-    from msopt.plan import CostOptions
+    from msopt.graph.contents import signatures
+    from msopt.planning.plan import CostOptions
     from msopt.runner.feeds import choose_signature, make_records
     from msopt.runner.tensorflow_runtime import import_tensorflow
     from msopt.tune import report as reporting
@@ -192,11 +192,11 @@ def _half_way(deadline, config):
 
 def _tune_lanes(config, chosen, streams, runner, signature, feeds, expected, deadline, stack, doc, progress, bar):
     """The chosen plan on 1..K lanes under C threads: doc["lanes"] (rows, choice, why) and the deploy line."""
-    from msopt.graph import GraphView
+    from msopt.graph.view import GraphView
+    from msopt.lanes.tune import measure_lanes
     from msopt.load import load
     from msopt.runner.feeds import batch_of
     from msopt.tune.choose import choose_lanes
-    from msopt.tune.lanes import measure_lanes
 
     model = load(str(runner.candidate_path), config.tags)
     batch = batch_of(feeds[0], config.batch_size)
@@ -248,7 +248,7 @@ def _load(model, candidate, config, folder, stack):
     """The candidate's model written with its stream ids and loaded by the runner on ``config.streams`` devices
     (every candidate gets the same devices, so TensorFlow's context is configured once)."""
     from msopt import emit
-    from msopt.graph import GraphView
+    from msopt.graph.view import GraphView
     from msopt.load import load
     from msopt.runner.placed_model import Runner
 

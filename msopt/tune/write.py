@@ -1,5 +1,5 @@
 """The outputs of a tune written whole: the chosen model, its costs file, the fitted host profile and the report,
-with Ctrl-C held back until all are in place (each file is itself put in place in one step by msopt.outputs)."""
+with Ctrl-C held back until all are in place (each file is itself put in place in one step by msopt.files.outputs)."""
 
 import contextlib
 import json
@@ -7,7 +7,7 @@ import signal
 import threading
 
 from msopt import emit
-from msopt.outputs import write_bytes
+from msopt.files.outputs import write_bytes
 
 
 @contextlib.contextmanager

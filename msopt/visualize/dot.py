@@ -222,7 +222,7 @@ def render(dot_text, fmt, out=None):
         raise RuntimeError(f"dot -T{fmt} failed: {detail[0] if detail else e.returncode}") from None
     if out is None:
         return data
-    from msopt.outputs import write_bytes
+    from msopt.files.outputs import write_bytes
 
     write_bytes(out, data)
     return None

@@ -4,7 +4,7 @@ import math
 from collections import Counter, defaultdict
 
 from msopt.errors import InputError
-from msopt.order import priority_order
+from msopt.graph.order import priority_order
 from msopt.visualize.ops import op_streams
 
 MAX_MEMBERS = 40  # an open scope with more members than this is cut into stages
@@ -161,7 +161,7 @@ def _first_reaching(before, start, target):
 def _member_order(n, succ, first):
     """Members in data-flow order, ties broken by first op; members on cycles last, by first op.
 
-    The ready member holding the earliest op goes first (``msopt.order.priority_order``), not the first
+    The ready member holding the earliest op goes first (``msopt.graph.order.priority_order``), not the first
     ready one, and scopes that feed each other go last, so that the picture reads in the ops' order.
     """
     order = priority_order([list(succ[m]) for m in range(n)], [-first[m] for m in range(n)])

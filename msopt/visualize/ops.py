@@ -1,9 +1,9 @@
 """The ops one signature runs, as the flattened run lists them, each under a scope path for drawing."""
 
 from msopt.errors import InputError
-from msopt.flat import flat_run, is_call
-from msopt.graph import MAIN
-from msopt.op_tables import HIDDEN_IN_DRAWING
+from msopt.graph.flat import flat_run, is_call
+from msopt.graph.op_tables import HIDDEN_IN_DRAWING
+from msopt.graph.view import MAIN
 
 PLUMBING_OPS = {"Identity", "NoOp"}  # at the top of a function body: its outputs and automatic control dependencies
 RETURNS_SCOPE = "(returns)"  # the scope they are folded into
@@ -33,7 +33,7 @@ def op_streams(ops, partition):
 
 
 def signature_ops(model, view, signature=None):
-    """(ops, edges, signature name): the op instances of the flattened run of one signature (msopt.flat).
+    """(ops, edges, signature name): the op instances of the flattened run of one signature (msopt.graph.flat).
 
     edges are (source op index, destination op index, is_control). A model without signatures
     shows its whole main graph. TF2's variable handles in the main graph are not drawn. A called
