@@ -103,3 +103,57 @@ def test_the_auto_search_does_not_call_back_into_the_policy_registry():
         }
         & imported
     )
+
+
+# The layers, low to high: a module imports only from its own layer or lower ones (any import statement, at any
+# depth). A module's layer is that of the longest prefix of its name listed here; every module needs one.
+LAYERS = [
+    # utilities: the errors, and how the hot loops run (compiled, side by side, the collector held off). The
+    # package's __init__ imports nothing (it exports the API by name); msopt.compiled.jit imports the prebuilt
+    # extension msopt._loops from it. msopt.prebuild is the thin `python -m msopt.prebuild` entry.
+    ("msopt", "msopt.errors", "msopt.compiled", "msopt.prebuild"),
+    # the graph: the loaded model and its views, runs and orders
+    ("msopt.graph", "msopt.load"),
+    # files in and out, models included: emit writes a model from a view and a partition, importing no plan
+    ("msopt.files", "msopt.emit"),
+    ("msopt.simulator",),
+    # planning: the rules sit in its layer (auto searches over them, the plan layer runs them)
+    ("msopt.planning", "msopt.rules"),
+    # what uses plans: drawing them, running models, lanes, tuning (these call each other, lazily)
+    ("msopt.visualize", "msopt.runner", "msopt.lanes", "msopt.tune"),
+    ("msopt.api", "msopt.stream"),
+    ("msopt.commands",),
+    ("msopt.cli", "msopt.__main__"),
+]
+
+# Imports from a lower layer into a higher one that are allowed, each with its reason: none today. An entry is
+# (importing module, imported module): say why it cannot be moved down instead.
+UPWARD_ALLOWED: dict = {}
+
+
+def layer_of(name):
+    matches = [
+        (len(prefix), rank)
+        for rank, prefixes in enumerate(LAYERS)
+        for prefix in prefixes
+        if name == prefix or name.startswith(prefix + ".")
+    ]
+    return max(matches)[1] if matches else None
+
+
+def test_every_module_has_a_layer():
+    assert [name for name in import_graph() if layer_of(name) is None] == []
+    assert layer_of("msopt.simulator.list_schedule") == 3 and layer_of("msopt.rules.chains") == 4
+    assert layer_of("msopt") == 0 and layer_of("msopt.cli") == len(LAYERS) - 1
+
+
+def test_no_import_runs_from_a_lower_layer_to_a_higher_one():
+    graph = import_graph()
+    upward = sorted(
+        (name, imported)
+        for name, imports_ in graph.items()
+        for imported in imports_
+        if layer_of(imported) > layer_of(name) and (name, imported) not in UPWARD_ALLOWED
+    )
+    assert upward == []
+    assert set(UPWARD_ALLOWED) <= {(a, b) for a in graph for b in graph[a]}, "an allowed import that is gone"
