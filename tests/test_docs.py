@@ -27,3 +27,18 @@ def test_readme_is_short_and_its_links_resolve():
             if target.startswith("http"):
                 continue
             assert (doc.parent / target).exists(), f"{doc.name}: broken link {target}"
+
+
+def test_the_architecture_lists_every_module_once_and_nothing_else():
+    """docs/ARCHITECTURE.md's module list ("- `msopt/<folder>/`: `a.py`, `b.py`") names every .py file under
+    msopt/ exactly once; every msopt/ path the document names anywhere exists."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    listed = []
+    for folder, modules in re.findall(r"(?m)^- `(msopt/(?:[\w/]+/)?)`: (.+)$", text):
+        listed += [folder + name for name in re.findall(r"`([\w]+\.py)`", modules)]
+    tree = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "msopt").rglob("*.py") if "__pycache__" not in p.parts)
+    assert sorted(listed) == tree
+    assert len(listed) == len(set(listed)), "a module listed twice"
+    for path in set(re.findall(r"`(msopt/[\w/]*\w(?:\.py)?/?)`", text)):
+        if "<" not in path and path != "msopt/_loops":  # the prebuilt extension, msopt/_loops*.so once built
+            assert (ROOT / path).exists(), f"ARCHITECTURE.md names {path}, which does not exist"
