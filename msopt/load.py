@@ -4,6 +4,7 @@ SavedModel directories (binary or text, every MetaGraph), frozen GraphDefs (bina
 text) and MetaGraphDef files. Only protobuf is needed: ops need not be registered.
 """
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,10 +82,18 @@ def load(path, tags=None):
 
 
 def _read(path):
-    try:
-        return path.read_bytes()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    """A model file's bytes: a regular file no larger than a protobuf message can be (msopt.reading's checks)."""
+    from msopt.reading import MAX_MODEL_BYTES, open_regular
+
+    with open_regular(path, "model", MAX_MODEL_BYTES) as f:
+        try:
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(size + 1)  # one byte more than it claims shows a file still being written
+        except OSError as e:
+            raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    if len(data) > size:
+        raise InputError(f"{path}: the model file grew while it was read; read it once it is complete")
+    return data
 
 
 def _parse(message, data, text, path, what):

@@ -200,7 +200,7 @@ def check(args, model, where):
     if after != expected:
         return code, f"stray or partial output: {sorted(after - expected)}"
     if code == 0 and args[0] == "partition":
-        out = where / "out"
+        out = Path(args[args.index("-o") + 1])  # where/out, or where a hostile path pointed it
         if not (out / "saved_model.pb").is_file() and not out.is_file():
             return code, "partition succeeded without a complete output"
     if code == 2:

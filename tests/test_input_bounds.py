@@ -115,6 +115,24 @@ def test_a_side_file_under_proc_is_refused_even_through_a_symlink(option, tmp_pa
     assert_refused(msopt_measured(*side_command(option, path, tmp_path)), path, "kernel file under /proc")
 
 
+@pytest.mark.parametrize("kind", ["dev_zero_symlink", "fifo"])
+def test_a_model_file_that_is_a_device_or_a_fifo_is_refused_unopened(kind, tmp_path):
+    path = tmp_path / "frozen.pb"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    for command in (["inspect", path], ["partition", path, "-n", 2, "-o", tmp_path / "out.pb"]):
+        result = msopt_measured(*command)
+        assert_refused(result, path, "FIFO" if kind == "fifo" else "character device", "regular files only")
+    assert not (tmp_path / "out.pb").exists()
+
+
+def test_a_negative_seed_is_a_usage_error():
+    result = msopt_measured("run", LINREG, "--device", "cpu", "--seed", -1)
+    assert_refused(result, "--seed", "-1")
+
+
 def test_directories_and_sockets_are_refused(tmp_path):
     with pytest.raises(InputError, match="is a directory"):
         load_costs(tmp_path)

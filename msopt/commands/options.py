@@ -65,6 +65,13 @@ BOUNDARY = click.option(
     help="--policy stage: the stage is everything upstream of these tensors (repeatable; default: found).",
 )
 OVERRIDE = click.option("--override", is_flag=True, help="Rules win over _stream_id attributes already on the nodes.")
+# Steps one run may take (each keeps its latency; a larger count is a typo or a run that never ends), and the
+# records generated and held in memory at once; tune checks its own total (msopt.tune.config).
+MAX_RUN_STEPS = 10_000_000
+MAX_RUN_RECORDS = 4096
+SEED = click.option(
+    "--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True, help="Seed of the generated inputs."
+)
 FORCE = click.option(
     "--force",
     is_flag=True,

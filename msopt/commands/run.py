@@ -42,14 +42,28 @@ from msopt.errors import CheckFailed
 )
 @click.option(
     "--records",
-    type=click.IntRange(1),
+    type=click.IntRange(1, opt.MAX_RUN_RECORDS),
     default=1,
     show_default=True,
     help="Distinct generated input batches, cycled through by the steps.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated inputs.")
-@click.option("--iterations", "-k", type=click.IntRange(1), default=100, show_default=True, help="Measured steps.")
-@click.option("--warmup", "-w", type=click.IntRange(0), default=10, show_default=True, help="Unmeasured steps first.")
+@opt.SEED
+@click.option(
+    "--iterations",
+    "-k",
+    type=click.IntRange(1, opt.MAX_RUN_STEPS),
+    default=100,
+    show_default=True,
+    help="Measured steps.",
+)
+@click.option(
+    "--warmup",
+    "-w",
+    type=click.IntRange(0, opt.MAX_RUN_STEPS),
+    default=10,
+    show_default=True,
+    help="Unmeasured steps first.",
+)
 @click.option(
     "--save-outputs",
     type=click.Path(dir_okay=False),
@@ -78,7 +92,7 @@ from msopt.errors import CheckFailed
 )
 @click.option(
     "--trace-steps",
-    type=click.IntRange(1),
+    type=click.IntRange(1, 1000),
     default=3,
     show_default=True,
     help="Fully traced steps behind --trace and --profile (not part of the latency figures).",

@@ -39,7 +39,7 @@ def _bar(length):
 @click.option(
     "--records", type=click.IntRange(1), default=2, show_default=True, help="Distinct generated input batches."
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated inputs.")
+@opt.SEED
 @click.option(
     "--max-candidates",
     type=click.IntRange(1),

@@ -23,6 +23,7 @@ from msopt.errors import InputError
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 MAX_COSTS_BYTES = 256 * MiB  # --costs: a 1M-op model's profile with host_ops is 129 MiB (indented); parsed, ~3x
 MAX_HOST_PROFILE_BYTES = 1 * MiB  # --host-profile: a dozen fields and their sources
+MAX_MODEL_BYTES = 2 * GiB  # a saved_model.pb, frozen GraphDef or .meta: protobuf cannot parse a larger message
 MAX_CONFIG_BYTES = 1 * MiB  # files msopt wrote itself: a worker's settings, an output folder's marker
 MAX_RULES_BYTES = 1 * MiB  # --rules: holds thousands of rules; a larger file is generated, not written
 MAX_NPZ_FILE_BYTES = 4 * GiB  # --inputs on disk (only the arrays a signature needs are ever read)
