@@ -50,7 +50,7 @@ def test_a_rank_killed_mid_run_fails_the_run_and_nothing_is_left(tmp_path):
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp), "TF_CPP_MIN_LOG_LEVEL": "2"}
     args = [sys.executable, "-m", "msopt", "run", str(MODEL), "--device", "cpu", "--replicas", "2"]
-    args += ["--launcher", "mpirun", "--iterations", "100000000", "--warmup", "1"]
+    args += ["--launcher", "mpirun", "--iterations", "10000000", "--warmup", "1"]
     parent = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     ranks = []
     try:

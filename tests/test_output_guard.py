@@ -252,3 +252,13 @@ def test_a_model_written_from_a_model_msopt_wrote_carries_one_marker(tree, tmp_p
     assert msopt("partition", tmp_path / "a", "-n", "2", "-o", tmp_path / "b")[0] == 0
     marker = json.loads((tmp_path / "b" / output_guard.MARKER).read_text())
     assert marker["entries"] == sorted(p.name for p in (tmp_path / "b").iterdir() if p.name != output_guard.MARKER)
+
+
+def test_a_marker_that_is_a_fifo_or_a_link_is_no_marker_and_is_not_waited_on(tree, tmp_path):
+    model = tree / "projects" / "serving" / "linreg"
+    for make in (os.mkfifo, lambda path: path.symlink_to("/dev/zero")):
+        out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+        out.mkdir()
+        make(out / output_guard.MARKER)
+        code, _, stderr = msopt("partition", model, "-n", "2", "-o", out, "--force")
+        assert code == 2 and "a folder msopt did not write" in stderr

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msopt.errors import InputError
-from msopt.files.reading import MAX_CONFIG_BYTES, read_json
+from msopt.files.reading import MAX_CONFIG_BYTES
 
 MARKER = ".msopt-output"  # in every folder msopt writes: what it wrote there (JSON)
 PSEUDO_ROOTS = ("/proc", "/sys", "/dev")  # kernel file systems: their files are not data a user keeps
@@ -145,23 +145,55 @@ def mark(folder: str | os.PathLike) -> None:
 
 
 def _folder_not_replaceable(folder: Path) -> str | None:
+    # One open folder for the listing and the marker: a concurrent writer swapping a new output in between would
+    # otherwise pair one folder's listing with another's marker.
     try:
-        present = {p.name for p in folder.iterdir()}
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as e:
+        return f"a folder that cannot be opened ({e.strerror})"
+    try:
+        present = set(os.listdir(fd))
+        recorded = _marker(fd) if MARKER in present else None
     except OSError as e:
         return f"a folder that cannot be listed ({e.strerror})"
+    finally:
+        os.close(fd)
     if not present:
         return None
-    try:  # through msopt.files.reading: a marker that is a FIFO or a link to /dev/zero is no marker, not a hang
-        recorded = read_json(folder / MARKER, "output marker", MAX_CONFIG_BYTES)
-        entries = set(recorded["entries"]) if recorded.get("written_by") == "msopt" else None
-    except (InputError, KeyError, TypeError, AttributeError):
-        entries = None
+    entries = set(recorded["entries"]) if _is_marker(recorded) else None
     if entries is None:
         return "a folder msopt did not write"
     extra = sorted(present - entries - {MARKER})
     if extra:
         return f"a folder msopt wrote, to which '{extra[0]}' was added"
     return None
+
+
+def _marker(folder_fd: int) -> object:
+    """The marker's JSON, read from the open folder; None unless it is a small regular file of JSON (a FIFO or a
+    link to /dev/zero is no marker, and is not waited on or read whole)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(MARKER, flags, dir_fd=folder_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        status = os.fstat(f.fileno())
+        if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_CONFIG_BYTES:
+            return None
+        try:
+            return json.loads(f.read(MAX_CONFIG_BYTES + 1))
+        except (ValueError, RecursionError):
+            return None
+
+
+def _is_marker(recorded: object) -> bool:
+    return (
+        isinstance(recorded, dict)
+        and recorded.get("written_by") == "msopt"
+        and isinstance(recorded.get("entries"), list)
+        and all(isinstance(name, str) for name in recorded["entries"])
+    )
 
 
 def _is_model_file(path: Path) -> bool:
