@@ -82,8 +82,8 @@ def load(path, tags=None):
 
 
 def _read(path):
-    """A model file's bytes: a regular file no larger than a protobuf message can be (msopt.reading's checks)."""
-    from msopt.reading import MAX_MODEL_BYTES, open_regular
+    """A model file's bytes: a regular file no larger than a protobuf message can be (msopt.files.reading's checks)."""
+    from msopt.files.reading import MAX_MODEL_BYTES, open_regular
 
     with open_regular(path, "model", MAX_MODEL_BYTES) as f:
         try:
