@@ -111,7 +111,9 @@ LAYERS = [
     # utilities: the errors, and how the hot loops run (compiled, side by side, the collector held off). The
     # package's __init__ imports nothing (it exports the API by name); msopt.compiled.jit imports the prebuilt
     # extension msopt._loops from it. msopt.prebuild is the thin `python -m msopt.prebuild` entry.
-    ("msopt", "msopt.errors", "msopt.compiled", "msopt.prebuild"),
+    # msopt.files.reading too: every file msopt reads, the model files the loader reads included, goes through its
+    # bounds, and it needs nothing but the errors.
+    ("msopt", "msopt.errors", "msopt.compiled", "msopt.prebuild", "msopt.files.reading"),
     # the graph: the loaded model and its views, runs and orders
     ("msopt.graph", "msopt.load"),
     # files in and out, models included: emit writes a model from a view and a partition, importing no plan

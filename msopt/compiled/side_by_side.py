@@ -13,9 +13,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
 MOST = 2
-# Runs of fewer tasks are made in the calling thread: a run of 20,000 tasks takes about 5 ms, and handing each run
-# to another thread and back costs about 0.1 ms, plus the GIL passed to and fro (NASNetMobile's 3,566 tasks: its
-# plan took 12 ms more CPU side by side).
+# Runs of fewer tasks are made in the calling thread: handing a short run to another thread and back, with the GIL
+# passed to and fro, costs more than the run itself (bench/RESULTS.md has the figures).
 SMALL = 20_000
 
 

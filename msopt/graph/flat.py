@@ -369,7 +369,7 @@ class _Builder:
 _EMPTY = np.zeros(0, np.int64)
 # A main graph this big numbers its edges by place (the view's main_input_sources). Function bodies, and smaller graphs,
 # look their sources up by key: a body reads its arguments through resolve, which needs the key -> task dict anyway,
-# and a few numpy calls per instance cost more than the lookups (a detector's 2,116 bodies by place: 154 -> 178 ms).
+# and for a small body a few numpy calls per instance cost more than the lookups (bench/RESULTS.md has the figures).
 _BY_PLACE = 4096
 _NAMED = -(2**62)  # a port given by name (resolved one by one)
 

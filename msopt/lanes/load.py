@@ -137,12 +137,11 @@ def drive(steps, requests, concurrency, keep_outputs=False):
     return {"latencies": latencies, "wall": wall, "per_lane": per_lane, "responses": responses}
 
 
-def compare_responses(pool, path, tags, name, feeds, responses, progress):
-    """Every response bitwise against ``path`` run alone (one request at a time, default device) on the same record."""
+def compare_all(expected, responses):
+    """(identical, max abs diff, differing request numbers) of every (record, outputs) response against
+    ``expected[record]``."""
     from msopt.runner.verify import compare_outputs
 
-    progress(f"running {path} for comparison")
-    expected = _reference(pool, path, tags, name, feeds)
     identical, worst, differing = True, 0.0, []
     for i, (record, outputs) in enumerate(responses):
         same, diff = compare_outputs(expected[record], outputs)
@@ -150,6 +149,13 @@ def compare_responses(pool, path, tags, name, feeds, responses, progress):
             differing.append(i)
         identical &= same
         worst = max(worst, diff)
+    return identical, worst, differing
+
+
+def compare_responses(pool, path, tags, name, feeds, responses, progress):
+    """Every response bitwise against ``path`` run alone (one request at a time, default device) on the same record."""
+    progress(f"running {path} for comparison")
+    identical, worst, differing = compare_all(_reference(pool, path, tags, name, feeds), responses)
     return {
         "model": path,
         "records": len(feeds),

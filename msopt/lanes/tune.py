@@ -16,7 +16,7 @@ def measure_lanes(config, model, view, streams, signature, feeds, expected, batc
     """(rows, Rounds) of the lane candidates: ``model`` (the chosen plan, ``streams`` per lane) on 1..config.lanes
     lanes, every response checked against ``expected`` (the original's outputs per record)."""
     from msopt.lanes.lanes import Lanes
-    from msopt.lanes.load import drive
+    from msopt.lanes.load import compare_all, drive
     from msopt.runner.tensorflow_runtime import error_line
     from msopt.tune.measure import run_rounds, summary, warm_up
 
@@ -54,7 +54,7 @@ def measure_lanes(config, model, view, streams, signature, feeds, expected, batc
                 raise
             row["discarded"] = f"TensorFlow cannot run it: {e if isinstance(e, InputError) else error_line(e)}"
             continue
-        row["verified"], row["max_abs_diff"], differing = _compare(expected, checked["responses"])
+        row["verified"], row["max_abs_diff"], differing = compare_all(expected, checked["responses"])
         if not row["verified"]:
             row["discarded"] = (
                 f"responses differ from the original's (requests {differing[:5]}, max abs diff {row['max_abs_diff']:g})"
@@ -91,17 +91,3 @@ def _driver(drive, steps, requests, concurrency, walls, latencies):
         latencies.append(result["latencies"])
 
     return run
-
-
-def _compare(expected, responses):
-    """(identical, max abs diff, differing request numbers) of every (record, outputs) response."""
-    from msopt.runner.verify import compare_outputs
-
-    identical, worst, differing = True, 0.0, []
-    for i, (record, outputs) in enumerate(responses):
-        same, diff = compare_outputs(expected[record], outputs)
-        if not same:
-            differing.append(i)
-        identical &= same
-        worst = max(worst, diff)
-    return identical, worst, differing

@@ -72,7 +72,8 @@ def _search(view, options, cost):
     streams = options.streams
     task_arrays(cost)  # made once, before the simulations that read them run side by side
     # One thread beside this one (msopt.compiled.side_by_side): the list schedules, then each candidate's simulation while
-    # this thread makes the next. A second loop at once would only take this thread's core, and 40 MB a million.
+    # this thread makes the next. A second loop at once would only take this thread's core (a 2-core machine), and
+    # each loop holds its own per-task state.
     with pool(len(cost), threads=1) as simulations:
         single = simulations.submit(cost.single_stream_us)  # once per cost model, shared with the report
         kept, judged = _judge(view, options, cost, simulations)

@@ -261,6 +261,8 @@ def _raise_for(index, code, stderr):
 
 def aggregate(reports):
     """One report over the replicas: total throughput over the common window, latency over all steps."""
+    from msopt.runner.latency import latency_table
+
     latencies = np.concatenate([np.asarray(r["latencies_ms"]) for r in reports])
     first = min(r["started_unix"] for r in reports)
     last = max(r["started_unix"] + r["wall_s"] for r in reports)
@@ -286,14 +288,7 @@ def aggregate(reports):
         **base,
         "replicas": len(reports),
         "steps": steps,
-        "latency_ms": {
-            "mean": _r(latencies.mean()),
-            "p50": _r(np.percentile(latencies, 50)),
-            "p95": _r(np.percentile(latencies, 95)),
-            "p99": _r(np.percentile(latencies, 99)),
-            "min": _r(latencies.min()),
-            "max": _r(latencies.max()),
-        },
+        "latency_ms": latency_table(latencies),
         "throughput": {
             "steps_per_s": _r(steps / window),
             "records_per_s": _r(records / window),

@@ -6,6 +6,8 @@ import time
 import click
 import numpy as np
 
+from msopt.runner.latency import latency_table
+
 
 def measure(steps, iterations, warmup, tick=None):
     """Run ``steps`` (callables, cycled) ``warmup`` then ``iterations`` times; returns per-step seconds and wall time."""
@@ -51,14 +53,7 @@ def latency_summary(latencies, wall, batch_size):
     return {
         "steps": steps,
         "batch_size": batch_size,
-        "latency_ms": {
-            "mean": _r(ms.mean()),
-            "p50": _r(np.percentile(ms, 50)),
-            "p95": _r(np.percentile(ms, 95)),
-            "p99": _r(np.percentile(ms, 99)),
-            "min": _r(ms.min()),
-            "max": _r(ms.max()),
-        },
+        "latency_ms": latency_table(ms),
         "throughput": {"steps_per_s": _r(steps / wall), "records_per_s": _r(steps * batch_size / wall)},
         "wall_s": _r(wall),
     }

@@ -128,9 +128,9 @@ def run(g, duration, share, executor_of, executors, active, streams, req, concur
     # j may be launched once i is launched. Otherwise j waits on the host for i's data on the device,
     # plus the event sync and the copy.
     # Per-task state, 40 bytes a task in one block: three times, then four int32 counts and links. Two of the
-    # times are kept where they are written later anyway (see start and end). One block, as a block over 32 MB
-    # (800k tasks) is always mapped apart by glibc's malloc and given back when freed, where separate arrays
-    # would stay in the arena of the thread that ran the loop (msopt.compiled.side_by_side: about 70 MB a thread).
+    # times are kept where they are written later anyway (see start and end). One block: a large block is mapped
+    # apart by the allocator and given back when freed, where many separate arrays may stay with the thread that
+    # ran the loop (msopt.compiled.side_by_side runs loops on a second thread).
     block = np.zeros(5 * n)
     host_ready = block[:n]
     start = block[n : 2 * n]  # a kernel's launch time until it starts
