@@ -34,6 +34,7 @@ from msopt.files.reading import MAX_CONFIG_BYTES
 MARKER = ".msopt-output"  # in every folder msopt writes: what it wrote there (JSON)
 PSEUDO_ROOTS = ("/proc", "/sys", "/dev")  # kernel file systems: their files are not data a user keeps
 _SNIFF_BYTES = 4096
+_ATTEMPTS = 100  # reads of a folder that concurrent writers keep swapping (msopt.files.outputs retries as often)
 
 # kind -> (what it is, in a message; a test of the file's first bytes)
 _FILE_KINDS = {
@@ -145,19 +146,30 @@ def mark(folder: str | os.PathLike) -> None:
 
 
 def _folder_not_replaceable(folder: Path) -> str | None:
-    # One open folder for the listing and the marker: a concurrent writer swapping a new output in between would
-    # otherwise pair one folder's listing with another's marker.
-    try:
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError as e:
-        return f"a folder that cannot be opened ({e.strerror})"
-    try:
-        present = set(os.listdir(fd))
-        recorded = _marker(fd) if MARKER in present else None
-    except OSError as e:
-        return f"a folder that cannot be listed ({e.strerror})"
-    finally:
-        os.close(fd)
+    # The listing and the marker come from one open folder, and count only if that folder is still the one at the
+    # path once read: a concurrent writer swaps its new output in and deletes the old one (entry by entry, the
+    # marker perhaps first) outside the path, so a folder read while it was swapped out is read again.
+    for _ in range(_ATTEMPTS):
+        try:
+            fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except FileNotFoundError:
+            return None  # gone meanwhile: nothing left to lose
+        except OSError as e:
+            return f"a folder that cannot be opened ({e.strerror})"
+        try:
+            present = set(os.listdir(fd))
+            recorded = _marker(fd) if MARKER in present else None
+            opened = os.fstat(fd)
+        except OSError as e:
+            return f"a folder that cannot be listed ({e.strerror})"
+        finally:
+            os.close(fd)
+        try:
+            now = os.stat(folder)
+        except FileNotFoundError:
+            continue
+        if (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino):
+            break
     if not present:
         return None
     entries = set(recorded["entries"]) if _is_marker(recorded) else None
