@@ -23,9 +23,9 @@ def default_output(model_path, streams):
     return path.with_name(f"{path.stem}_ms{streams}{path.suffix}")
 
 
-def check_output(model, out, force, option="-o"):
+def check_output(model, out, force):
     """Refuse an output that msopt.files.output_guard refuses for the model ``model``: checked again right before writing."""
-    output_guard.check([model.path], [output_guard.Output(option, out, "model")], force)
+    output_guard.check([model.path], [output_guard.Output("-o", out, "model")], force)
 
 
 def device_name(device_type, stream):

@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msopt.errors import InputError
-from msopt.files.reading import MAX_CONFIG_BYTES
+from msopt.files.reading import MAX_CONFIG_BYTES, REFUSED_ROOTS
 
 MARKER = ".msopt-output"  # in every folder msopt writes: what it wrote there (JSON)
-PSEUDO_ROOTS = ("/proc", "/sys", "/dev")  # kernel file systems: their files are not data a user keeps
+# Kernel file systems (those msopt never reads, and /dev): their files are not data a user keeps.
+PSEUDO_ROOTS = (*REFUSED_ROOTS, "/dev")
 _SNIFF_BYTES = 4096
 _ATTEMPTS = 100  # reads of a folder that concurrent writers keep swapping (msopt.files.outputs retries as often)
 
@@ -94,7 +95,7 @@ def check(inputs: Iterable[str | os.PathLike | None], outputs: Iterable[Output |
                 raise InputError(f"{out.option} {text} and {other.option} {other.path}: two outputs at one path")
         seen.append((out, names))
         refuse_special(text, out.option)
-        _check_parent(text, out.option)
+        check_parent(text, out.option)
         if os.path.lexists(text):
             if not force:
                 raise InputError(f"{out.option} {text}: output already exists (use --force to replace it)")
@@ -232,7 +233,8 @@ def _names(text: str) -> set[Path]:
     return {entry, Path(os.path.realpath(absolute))}
 
 
-def _check_parent(text: str, option: str) -> None:
-    parent = os.path.dirname(os.path.abspath(text))
-    if not os.path.isdir(parent):
-        raise InputError(f"{option} {text}: parent directory does not exist (No such file or directory)")
+def check_parent(path: str | os.PathLike, option: str | None = None) -> None:
+    """InputError naming ``path`` (and the option that named it) unless the folder it is to be written in exists."""
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        named = f"{option} {path}" if option else f"{path}"
+        raise InputError(f"{named}: parent directory does not exist (No such file or directory)")

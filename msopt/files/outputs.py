@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from msopt.errors import InputError, held
-from msopt.files.output_guard import refuse_special
+from msopt.files.output_guard import check_parent, refuse_special
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
@@ -89,12 +89,6 @@ def clean_stale(out):
             shutil.rmtree(path, ignore_errors=True)
             with contextlib.suppress(OSError):
                 path.unlink()
-
-
-def check_parent(out):
-    """InputError naming ``out`` unless the folder it is to be written in exists."""
-    if not Path(os.path.abspath(out)).parent.is_dir():
-        raise InputError(f"{out}: parent directory does not exist (No such file or directory)")
 
 
 @contextlib.contextmanager
